@@ -1,0 +1,77 @@
+"""The two interfaces every model in specbook implements.
+
+Shape legend: B batch, N new tokens in one forward, T sequence, V vocab, K draft length.
+
+A *Target* is a language model with a key/value cache that can be rolled back
+per row.  The speculative loop only ever needs four things from it:
+
+* ``reset(batch_size)``           forget everything (empty cache, all rows length 0);
+* ``forward(tokens, parents=None)`` append ``tokens`` (B, N) to every row's cache and
+  return next-token logits at each of them, (B, N, V).  ``parents`` (N,) describes a
+  tree over the new tokens (``-1`` = child of the cached context); ``None`` means a
+  plain chain (ordinary causal attention).  Node ``i`` sits at position
+  ``cache_length + depth(i)`` and attends to the cached context plus its ancestors;
+* ``cache_lengths``              (B,) how many tokens each row holds in its cache;
+* ``rollback(lengths)``          keep only the first ``lengths[b]`` cached tokens of row b.
+
+A *Drafter* proposes tokens for the target to verify.  It sees the full token
+history of every row (prompt plus everything emitted so far) and keeps whatever
+state it likes (its own cache, an n-gram index), re-synchronising by itself when
+the history it is shown diverges from the one it drafted on.
+
+Both are ``typing.Protocol`` classes: anything with the right methods qualifies.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from .sampling import SamplingParams
+
+
+@dataclass
+class Draft:
+    """What a drafter proposes for one verification step.
+
+    tokens:  (B, K) long   proposed tokens (a chain unless ``parents`` is given)
+    probs:   (B, K, V) or None  the distribution each token was *sampled from*,
+             after the same SamplingParams the target uses; None = deterministic
+             drafts (one-hot q), e.g. n-gram lookup or greedy drafting.
+    parents: (K,) long or None  tree structure over the K nodes (-1 = root child);
+             None = chain.
+    """
+
+    tokens: torch.Tensor
+    probs: torch.Tensor | None = None
+    parents: torch.Tensor | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.tokens.shape[1])
+
+
+@runtime_checkable
+class Target(Protocol):
+    vocab_size: int
+
+    def reset(self, batch_size: int) -> None: ...
+
+    def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None) -> torch.Tensor: ...
+
+    @property
+    def cache_lengths(self) -> torch.Tensor: ...
+
+    def rollback(self, lengths: torch.Tensor) -> None: ...
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    def propose(
+        self,
+        contexts: list[torch.Tensor],
+        gamma: int,
+        params: SamplingParams,
+        generator: torch.Generator | None = None,
+    ) -> Draft: ...
