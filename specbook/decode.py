@@ -1,0 +1,183 @@
+"""One decoding loop for every drafter: plain autoregressive and speculative generation.
+
+Shape legend: B batch, T prompt length, K draft length, V vocab.
+
+    prompt ─► drafter.propose(contexts) ─► Draft(tokens, probs or None)
+           ─► target.forward([pending token] + drafts)      one pass, K+1 positions
+           ─► verify (sampling: modified rejection sampling; temperature 0: greedy)
+           ─► target.rollback(to the accepted prefix)       per row
+           ─► emit accepted drafts + one corrected/bonus token
+
+The target's cache always holds every emitted token except the last one (the
+"pending" token), which is fed at the start of the next pass.  That keeps
+plain decoding and speculation the same loop: plain decoding is the K = 0 case.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from tqdm.auto import tqdm
+
+from .protocols import Draft, Drafter, Target
+from .sampling import SamplingParams, logits_to_probs, sample
+from .verify import verify_chain, verify_greedy
+
+
+@dataclass
+class DecodeStats:
+    """Counters of one generation.  alpha = accepted / proposed; tau = emitted / target passes."""
+
+    target_passes: int = 0  # verification passes (prefill not counted)
+    draft_passes: int = 0  # forward passes of a draft model, as reported by the drafter
+    proposed: int = 0  # draft tokens proposed, summed over rows
+    accepted: int = 0  # draft tokens accepted, summed over rows
+    emitted: int = 0  # tokens emitted (accepted + corrected/bonus), summed over rows
+    accepted_per_step: list[int] = field(default_factory=list)  # per (step, row): accepted drafts
+    position_proposed: list[int] = field(default_factory=list)  # [i]: drafts proposed at depth i
+    position_accepted: list[int] = field(default_factory=list)  # [i]: of those, accepted
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / self.proposed if self.proposed else float("nan")
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens per target pass per row (bonus included); 1.0 for plain decoding."""
+        rows_passes = len(self.accepted_per_step)
+        return self.emitted / rows_passes if rows_passes else float("nan")
+
+    @property
+    def position_acceptance(self) -> list[float]:
+        """P(accept draft i | draft i was verified), for each depth i."""
+        return [a / p if p else float("nan") for a, p in zip(self.position_accepted, self.position_proposed)]
+
+    def record(self, num_drafts: int, num_emitted: torch.Tensor) -> None:
+        self.target_passes += 1
+        for n in num_emitted.tolist():
+            accepted = n - 1
+            self.proposed += num_drafts
+            self.accepted += accepted
+            self.emitted += n
+            self.accepted_per_step.append(accepted)
+            # depth i was verified iff all earlier drafts were accepted
+            verified = min(accepted + 1, num_drafts)
+            while len(self.position_proposed) < num_drafts:
+                self.position_proposed.append(0)
+                self.position_accepted.append(0)
+            for i in range(verified):
+                self.position_proposed[i] += 1
+                self.position_accepted[i] += int(i < accepted)
+
+    def summary(self) -> str:
+        return (f"target passes {self.target_passes}, draft passes {self.draft_passes}, "
+                f"alpha {self.alpha:.3f}, tau {self.tau:.3f} tokens/pass")
+
+
+@dataclass
+class GenerateResult:
+    tokens: torch.Tensor  # (B, T + max_new_tokens) prompt followed by the generated tokens
+    new_tokens: torch.Tensor  # (B, max_new_tokens)
+    stats: DecodeStats
+
+
+def _check_prompt(prompt, vocab_size: int) -> torch.Tensor:
+    prompt = torch.as_tensor(prompt)
+    if prompt.ndim == 1:
+        prompt = prompt[None]
+    if prompt.ndim != 2 or prompt.shape[1] == 0 or prompt.shape[0] == 0:
+        raise ValueError(f"prompt must be a non-empty (T,) or (B, T) token tensor, got shape {tuple(prompt.shape)}")
+    if prompt.is_floating_point():
+        raise ValueError(f"prompt must hold integer token ids, got dtype {prompt.dtype}")
+    if prompt.min() < 0 or prompt.max() >= vocab_size:
+        raise ValueError(f"prompt has token ids outside [0, {vocab_size}): min {int(prompt.min())}, max {int(prompt.max())}")
+    return prompt.long()
+
+
+def _check_common(max_new_tokens: int, params: SamplingParams) -> None:
+    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+    if not isinstance(params, SamplingParams):
+        raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+
+
+def _start(target: Target, prompt: torch.Tensor) -> torch.Tensor:
+    """Prefill all prompt tokens but the last; return the pending token (B, 1)."""
+    target.reset(prompt.shape[0])
+    if prompt.shape[1] > 1:
+        target.forward(prompt[:, :-1])
+    return prompt[:, -1:]
+
+
+def generate(
+    target: Target,
+    prompt,
+    max_new_tokens: int,
+    params: SamplingParams = SamplingParams(),
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+) -> GenerateResult:
+    """Plain autoregressive decoding: one target pass per token."""
+    _check_common(max_new_tokens, params)
+    prompt = _check_prompt(prompt, target.vocab_size)
+    stats = DecodeStats()
+    pending = _start(target, prompt)  # (B, 1)
+    out = []
+    for _ in tqdm(range(max_new_tokens), disable=not progress, desc="generate"):
+        logits = target.forward(pending)[:, -1]  # (B, V)
+        nxt = logits.argmax(-1) if params.greedy else sample(logits_to_probs(logits, params), generator)  # (B,)
+        stats.record(0, torch.ones(prompt.shape[0], dtype=torch.long))
+        pending = nxt[:, None]
+        out.append(pending)
+    new = torch.cat(out, dim=1)
+    return GenerateResult(torch.cat([prompt, new], dim=1), new, stats)
+
+
+def speculative_generate(
+    target: Target,
+    drafter: Drafter,
+    prompt,
+    max_new_tokens: int,
+    params: SamplingParams = SamplingParams(),
+    gamma: int = 4,
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+) -> GenerateResult:
+    """Speculative decoding with any drafter; the output law equals :func:`generate`'s exactly.
+
+    ``gamma`` is the number of drafts requested per step (a drafter may return fewer, e.g. an
+    n-gram drafter without a match, or adapt it).  With ``params.temperature == 0`` verification is
+    greedy and the output equals greedy autoregressive decoding token for token.
+    """
+    _check_common(max_new_tokens, params)
+    if not isinstance(gamma, int) or gamma < 0:
+        raise ValueError(f"gamma must be an int >= 0, got {gamma!r}")
+    prompt = _check_prompt(prompt, target.vocab_size)
+    B = prompt.shape[0]
+    stats = DecodeStats()
+    draft_passes_before = int(getattr(drafter, "passes", 0))
+    pending = _start(target, prompt)  # (B, 1)
+    emitted: list[list[int]] = [[] for _ in range(B)]
+    bar = tqdm(total=max_new_tokens, disable=not progress, desc="speculative")
+    while min(len(e) for e in emitted) < max_new_tokens:
+        contexts = [torch.cat([prompt[b], torch.tensor(emitted[b], dtype=torch.long)]) for b in range(B)]
+        draft: Draft = drafter.propose(contexts, gamma, params, generator)
+        K = draft.num_tokens
+        lengths_before = target.cache_lengths  # (B,)
+        logits = target.forward(torch.cat([pending, draft.tokens.to(pending.device)], dim=1))  # (B, K+1, V)
+        if params.greedy:
+            tokens, num_emitted = verify_greedy(logits, draft.tokens)
+        else:
+            tokens, num_emitted = verify_chain(logits_to_probs(logits, params), draft.probs, draft.tokens, generator)
+        # keep the pending token and the accepted drafts; the last emitted token becomes pending
+        target.rollback(lengths_before + num_emitted)
+        stats.record(K, num_emitted)
+        stats.draft_passes = int(getattr(drafter, "passes", 0)) - draft_passes_before
+        done = min(len(e) for e in emitted)
+        for b in range(B):
+            emitted[b].extend(tokens[b, : num_emitted[b]].tolist())
+        pending = tokens.gather(1, (num_emitted - 1)[:, None])  # (B, 1)
+        bar.update(min(len(e) for e in emitted) - done)
+    bar.close()
+    new = torch.tensor([e[:max_new_tokens] for e in emitted], dtype=torch.long, device=prompt.device)
+    return GenerateResult(torch.cat([prompt, new], dim=1), new, stats)

@@ -1,0 +1,201 @@
+"""Verification: the modified rejection sampler that makes speculative decoding lossless.
+
+Shape legend: B batch, K draft length, V vocab.
+
+Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative
+Decoding" (ICML 2023), Algorithm 1; Chen et al., "Accelerating Large Language
+Model Decoding with Speculative Sampling" (2023), Algorithm 2.  For a draft
+token x drawn from q, with target distribution p at the same position:
+
+    accept x with probability min(1, p(x) / q(x))
+    on rejection emit z ~ max(0, p - q) / sum(max(0, p - q))      (the residual)
+
+Then P(emit z) = p(z) exactly, whatever q is (see :mod:`specbook.laws`).  A
+chain of K drafts is verified left to right and stops at the first rejection;
+if all K survive, one *bonus* token is drawn from the target's distribution at
+position K, which the single verification pass has already computed.
+
+Conventions: ``target_probs`` are p, ``draft_probs`` are q.  ``draft_probs=None``
+means deterministic drafts (q is one-hot on the drafted token), as produced by
+n-gram lookup or greedy drafting.  Every random draw comes from ``generator``.
+"""
+from __future__ import annotations
+
+import torch
+
+from .sampling import sample
+
+# Probability rows must sum to 1 within this tolerance (absolute), per dtype.
+SUM_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
+
+
+def _work_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
+    """float64 if any input is float64, else float32 (half inputs are upcast)."""
+    return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
+
+
+def check_probs(name: str, probs: torch.Tensor, ndim: int | None = None) -> None:
+    """Raise ValueError unless ``probs`` is a tensor of probability rows over its last dim."""
+    if not isinstance(probs, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(probs).__name__}")
+    if ndim is not None and probs.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dims, got shape {tuple(probs.shape)}")
+    if not probs.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {probs.dtype}")
+    if probs.numel() == 0:
+        raise ValueError(f"{name} is empty (shape {tuple(probs.shape)})")
+    if not torch.isfinite(probs).all():
+        bad = probs[~torch.isfinite(probs)].flatten()[0].item()
+        raise ValueError(f"{name} contains a non-finite value ({bad})")
+    if (probs < 0).any():
+        raise ValueError(f"{name} contains a negative probability ({probs.min().item():.3g})")
+    tol = SUM_TOLERANCE.get(probs.dtype, 1e-4)
+    sums = probs.to(torch.float64).sum(-1)
+    worst = (sums - 1).abs().max().item()
+    if worst > tol:
+        raise ValueError(f"{name} rows must sum to 1 (tolerance {tol:g} for {probs.dtype}); a row sums to {1 + worst if (sums > 1).any() else 1 - worst:.6g}")
+
+
+def check_tokens(name: str, tokens: torch.Tensor, vocab_size: int) -> None:
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise ValueError(f"{name} must be an integer tensor, got {getattr(tokens, 'dtype', type(tokens).__name__)}")
+    if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
+        bad = tokens[(tokens < 0) | (tokens >= vocab_size)].flatten()[0].item()
+        raise ValueError(f"{name} contains token {bad}, outside the vocabulary [0, {vocab_size})")
+
+
+def _check_chain_inputs(target_probs, draft_probs, draft_tokens) -> None:
+    check_probs("target_probs", target_probs, ndim=3)
+    B, K1, V = target_probs.shape
+    if not isinstance(draft_tokens, torch.Tensor) or draft_tokens.ndim != 2:
+        raise ValueError(f"draft_tokens must be a (B, K) tensor, got {getattr(draft_tokens, 'shape', draft_tokens)!r}")
+    if tuple(draft_tokens.shape) != (B, K1 - 1):
+        raise ValueError(
+            f"draft_tokens has shape {tuple(draft_tokens.shape)} but target_probs {tuple(target_probs.shape)} "
+            f"needs ({B}, {K1 - 1}): target_probs must hold K+1 positions for K drafts"
+        )
+    check_tokens("draft_tokens", draft_tokens, V)
+    if draft_probs is not None:
+        check_probs("draft_probs", draft_probs, ndim=3)
+        if tuple(draft_probs.shape) != (B, K1 - 1, V):
+            raise ValueError(
+                f"draft_probs has shape {tuple(draft_probs.shape)}, expected {(B, K1 - 1, V)} "
+                "(same batch, K and vocabulary as target_probs)"
+            )
+
+
+def residual(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
+    """max(0, p - q), normalised over the last dim (..., V).
+
+    When p == q the residual has no mass, but then a rejection has probability 0,
+    so in exact arithmetic the value is never used.  If rounding ever makes such a
+    rejection happen, we return p instead of dividing by zero: the output stays on
+    the target's support and no NaN can appear.
+    """
+    diff = (target_probs - draft_probs).clamp_min(0)  # (..., V)
+    mass = diff.sum(-1, keepdim=True)  # (..., 1)
+    return torch.where(mass > 0, diff / mass.clamp_min(torch.finfo(diff.dtype).tiny), target_probs)
+
+
+def verify_chain(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    draft_tokens: torch.Tensor,
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Verify a chain of K drafted tokens per row in one go.
+
+    Args:
+        target_probs: (B, K+1, V) target distribution at each draft position plus the bonus position.
+        draft_probs:  (B, K, V) the distribution each draft was sampled from, or None (one-hot drafts).
+        draft_tokens: (B, K) long.
+        generator: source of every random draw (one uniform per position, then one categorical per row).
+
+    Returns:
+        tokens: (B, K+1) long: the accepted draft prefix, then one corrected or bonus token, then -1 padding.
+        num_emitted: (B,) long in 1..K+1.
+    """
+    _check_chain_inputs(target_probs, draft_probs, draft_tokens)
+    B, K1, V = target_probs.shape
+    K = K1 - 1
+    dtype = _work_dtype(target_probs, draft_probs)
+    device = target_probs.device
+    p = target_probs.to(dtype)  # (B, K+1, V)
+    draft_tokens = draft_tokens.long()
+
+    if draft_probs is None:
+        q = torch.nn.functional.one_hot(draft_tokens, V).to(dtype)  # (B, K, V)
+    else:
+        q = draft_probs.to(dtype)  # (B, K, V)
+
+    # Acceptance test, one independent uniform per position: accept iff u * q(x) < p(x).
+    # The strict "<" means a zero-probability token is never accepted, even if u == 0,
+    # and q(x) == 0 < p(x) (a draft the drafter "could not" have made) is accepted (min(1, p/0) = 1).
+    p_x = p[:, :K].gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)  # (B, K)
+    q_x = q.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)  # (B, K)
+    u = torch.rand((B, K), generator=generator, device=device, dtype=dtype)  # (B, K)
+    accepted = u * q_x < p_x  # (B, K)
+    num_accepted = accepted.long().cumprod(-1).sum(-1)  # (B,) stop at the first rejection
+
+    # The last token comes from the residual at the first rejected position, or from p at
+    # position K (the bonus).  Padding q with a zero row at K makes both one formula.
+    q_padded = torch.cat([q, q.new_zeros(B, 1, V)], dim=1)  # (B, K+1, V)
+    rows = torch.arange(B, device=device)
+    last_dist = residual(p[rows, num_accepted], q_padded[rows, num_accepted])  # (B, V)
+    last_token = sample(last_dist, generator)  # (B,)
+
+    positions = torch.arange(K1, device=device).expand(B, K1)  # (B, K+1)
+    drafts_padded = torch.cat([draft_tokens, draft_tokens.new_full((B, 1), -1)], dim=1)  # (B, K+1)
+    tokens = torch.where(positions < num_accepted[:, None], drafts_padded, -1)
+    tokens = tokens.scatter(1, num_accepted[:, None], last_token[:, None])  # (B, K+1)
+    return tokens, num_accepted + 1
+
+
+def verify_token(
+    target_probs: torch.Tensor,
+    draft_probs: torch.Tensor | None,
+    draft_token: int,
+    generator: torch.Generator | None = None,
+) -> int:
+    """The token-level rule for one position: accept ``draft_token`` or emit from the residual.
+
+    target_probs, draft_probs: (V,).  Returns the emitted token (never a bonus: K = 1 minus the bonus).
+    """
+    check_probs("target_probs", target_probs, ndim=1)
+    V = target_probs.shape[0]
+    if draft_probs is not None:
+        check_probs("draft_probs", draft_probs, ndim=1)
+        if draft_probs.shape != target_probs.shape:
+            raise ValueError(f"draft_probs has shape {tuple(draft_probs.shape)}, target_probs {tuple(target_probs.shape)}")
+    if not isinstance(draft_token, int) or not 0 <= draft_token < V:
+        raise ValueError(f"draft_token must be an int in [0, {V}), got {draft_token!r}")
+    dtype = _work_dtype(target_probs, draft_probs)
+    p = target_probs.to(dtype)
+    q = torch.nn.functional.one_hot(torch.tensor(draft_token), V).to(dtype) if draft_probs is None else draft_probs.to(dtype)
+    u = torch.rand((), generator=generator, device=p.device, dtype=dtype)
+    if u * q[draft_token] < p[draft_token]:
+        return draft_token
+    return int(sample(residual(p, q), generator))
+
+
+def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Greedy (temperature 0) verification: accept drafts while they equal the target's argmax.
+
+    target_logits: (B, K+1, V) logits or probabilities (only the argmax matters; first index on ties,
+    exactly like greedy autoregressive decoding).  Returns (tokens (B, K+1), num_emitted (B,)) as
+    :func:`verify_chain` does; no randomness.
+    """
+    if not isinstance(target_logits, torch.Tensor) or target_logits.ndim != 3:
+        raise ValueError(f"target_logits must be (B, K+1, V), got {getattr(target_logits, 'shape', target_logits)!r}")
+    B, K1, V = target_logits.shape
+    if not isinstance(draft_tokens, torch.Tensor) or tuple(draft_tokens.shape) != (B, K1 - 1):
+        raise ValueError(f"draft_tokens must have shape {(B, K1 - 1)}, got {getattr(draft_tokens, 'shape', draft_tokens)!r}")
+    check_tokens("draft_tokens", draft_tokens, V)
+    if torch.isnan(target_logits).any():
+        raise ValueError("target_logits contain NaN")
+    best = target_logits.argmax(-1)  # (B, K+1)
+    agree = best[:, :-1] == draft_tokens.long()  # (B, K)
+    num_accepted = agree.long().cumprod(-1).sum(-1)  # (B,)
+    positions = torch.arange(K1, device=best.device).expand(B, K1)
+    tokens = torch.where(positions <= num_accepted[:, None], best, -1)  # accepted drafts equal best there
+    return tokens, num_accepted + 1
