@@ -1,0 +1,364 @@
+"""Back-of-the-envelope theory of speculative decoding: yield, speedup, roofline.
+
+Everything here is closed-form arithmetic on floats (numpy broadcasting where it
+is natural), so lessons can tabulate, plot and check the numbers they quote.
+
+Symbols follow Leviathan, Kalman & Matias, "Fast Inference from Transformers
+via Speculative Decoding" (ICML 2023):
+
+* ``alpha``  acceptance rate: probability that one draft token survives
+  verification, assumed i.i.d. across positions (the paper's simplifying
+  assumption behind its Theorem 3.8 / Eq. 1);
+* ``gamma``  draft length: tokens proposed per verification pass;
+* ``c``      cost of one draft step as a fraction of one target step
+  (Section 3.4, "cost coefficient");
+* ``verify_cost``  v = cost(target pass over gamma+1 positions) / cost(target
+  pass over 1 position).  The paper takes v = 1 (memory-bound decode: the extra
+  positions ride along for free).  On real hardware v is a measurement, and it
+  may be given as a callable ``gamma -> v`` (a measured verify-cost curve).
+
+Shape legend: A number of alphas, G number of gammas.
+
+Scalars in give a Python ``float`` out; any array input gives an ``np.ndarray``.
+Bad input (alpha outside [0, 1], gamma negative or fractional, c < 0,
+verify_cost <= 0, NaN or inf) raises ``ValueError`` naming the argument.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Union
+
+import numpy as np
+
+VerifyCost = Union[float, Callable[[int], float]]
+
+__all__ = [
+    "expected_tokens", "expected_tokens_limit", "speedup", "break_even_alpha",
+    "break_even_cost", "optimal_gamma", "relative_gain", "yield_table",
+    "Hardware", "HARDWARE", "ridge_point", "arithmetic_intensity",
+    "roofline_rows", "verify_time_ratio",
+]
+
+
+# --------------------------------------------------------------------------- validation
+
+def _first_bad(arr: np.ndarray, bad: np.ndarray):
+    """The first offending element, as a plain Python number for the message."""
+    return arr.reshape(-1)[np.flatnonzero(bad.reshape(-1))[0]].item()
+
+
+def _floats(value, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a real number or array of them, got {value!r}") from None
+    return arr
+
+
+def _alpha(value, name: str = "alpha") -> np.ndarray:
+    arr = _floats(value, name)
+    bad = ~((arr >= 0.0) & (arr <= 1.0))  # NaN compares False, so it is caught here too
+    if bad.any():
+        raise ValueError(f"{name} must lie in [0, 1], got {_first_bad(arr, bad)!r}")
+    return arr
+
+
+def _gamma(value, name: str = "gamma") -> np.ndarray:
+    raw = np.asarray(value)
+    if raw.dtype == bool:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+    arr = _floats(value, name)
+    bad = ~(np.isfinite(arr) & (arr >= 0)) | (np.floor(arr) != arr)
+    if bad.any():
+        raise ValueError(f"{name} must be a non-negative integer, got {_first_bad(arr, bad)!r}")
+    return arr.astype(np.int64)
+
+
+def _nonneg(value, name: str) -> np.ndarray:
+    arr = _floats(value, name)
+    bad = ~(np.isfinite(arr) & (arr >= 0.0))
+    if bad.any():
+        raise ValueError(f"{name} must be finite and >= 0, got {_first_bad(arr, bad)!r}")
+    return arr
+
+
+def _positive(value, name: str) -> np.ndarray:
+    arr = _floats(value, name)
+    bad = ~(np.isfinite(arr) & (arr > 0.0))
+    if bad.any():
+        raise ValueError(f"{name} must be finite and > 0, got {_first_bad(arr, bad)!r}")
+    return arr
+
+
+def _verify_cost(verify_cost: VerifyCost, gamma: np.ndarray) -> np.ndarray:
+    """v at each gamma; a callable is evaluated once per distinct gamma."""
+    if callable(verify_cost):
+        out = np.empty(gamma.shape, dtype=np.float64)
+        for idx, g in np.ndenumerate(gamma):
+            out[idx] = _positive(verify_cost(int(g)), f"verify_cost({int(g)})")
+        return out
+    return _positive(verify_cost, "verify_cost")
+
+
+def _result(arr: np.ndarray, *inputs):
+    """Float if every input was a scalar, else an array."""
+    if all(np.ndim(x) == 0 for x in inputs):
+        return float(arr)
+    return np.asarray(arr, dtype=np.float64)
+
+
+# --------------------------------------------------------------------------- yield and speedup
+
+def expected_tokens(alpha, gamma):
+    """Expected tokens produced per verification pass (Leviathan et al. 2023, Eq. 1).
+
+        E[tokens] = (1 - alpha^(gamma+1)) / (1 - alpha)   =  1 + alpha + ... + alpha^gamma
+
+    The ``+1`` in the exponent is the bonus token sampled from the target when all
+    gamma drafts are accepted.  At alpha = 1 the limit gamma + 1 is returned exactly;
+    near 1 the numerator is computed as ``-expm1((gamma+1) * log1p(alpha-1))`` so
+    there is no cancellation.  Always lies in [1, gamma + 1].
+    """
+    a = _alpha(alpha)
+    g = _gamma(gamma)
+    a, g = np.broadcast_arrays(a, g)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        numerator = -np.expm1((g + 1.0) * np.log1p(a - 1.0))  # 1 - alpha^(gamma+1)
+        out = np.where(a == 1.0, g + 1.0, numerator / (1.0 - a))
+    return _result(out, alpha, gamma)
+
+
+def expected_tokens_limit(alpha):
+    """Limit of :func:`expected_tokens` as gamma -> infinity: 1 / (1 - alpha).
+
+    The ceiling on yield per pass no matter how far one drafts; ``inf`` at alpha = 1.
+    """
+    a = _alpha(alpha)
+    with np.errstate(divide="ignore"):
+        out = np.where(a == 1.0, np.inf, 1.0 / (1.0 - a))
+    return _result(out, alpha)
+
+
+def speedup(alpha, gamma, c, verify_cost: VerifyCost = 1.0):
+    """Expected wall-clock speedup over plain decoding (Leviathan et al. 2023, Thm 3.8).
+
+        speedup = E[tokens] / (gamma * c + v)
+
+    The denominator is the cost of one speculation round in units of one ordinary
+    target step: gamma draft steps at cost c each plus one verification pass of
+    cost v.  The paper's formula is the special case v = 1.  Values below 1 mean
+    speculation is *slower* than not speculating (the output is still exact).
+    """
+    a = _alpha(alpha)
+    g = _gamma(gamma)
+    cost = _nonneg(c, "c")
+    v = _verify_cost(verify_cost, g)
+    out = expected_tokens(a, g) / (g * cost + v)
+    return _result(out, alpha, gamma, c, verify_cost if not callable(verify_cost) else 0.0)
+
+
+def relative_gain(new, old):
+    """Fractional improvement ``new / old - 1`` (0.48 means "48% more")."""
+    n = _floats(new, "new")
+    o = _positive(old, "old")
+    if not np.all(np.isfinite(n)):
+        raise ValueError(f"new must be finite, got {new!r}")
+    return _result(n / o - 1.0, new, old)
+
+
+def yield_table(alphas, gammas) -> np.ndarray:
+    """E[tokens] for every (alpha, gamma) pair: array of shape (A, G)."""
+    a = _alpha(np.atleast_1d(alphas), "alphas")
+    g = _gamma(np.atleast_1d(gammas), "gammas")
+    if a.ndim != 1 or g.ndim != 1:
+        raise ValueError(f"alphas and gammas must be 1-D, got shapes {a.shape} and {g.shape}")
+    return np.asarray(expected_tokens(a[:, None], g[None, :]))  # (A, G)
+
+
+def _scalar_expected(alpha: float, gamma: int) -> float:
+    return float(expected_tokens(alpha, gamma))
+
+
+def break_even_alpha(gamma, c, verify_cost: VerifyCost = 1.0) -> float:
+    """Smallest acceptance rate at which speculation stops losing: speedup == 1.
+
+    Solves (1 - alpha^(gamma+1)) / (1 - alpha) = gamma * c + v for alpha in [0, 1]
+    by bisection (E[tokens] is strictly increasing in alpha for gamma >= 1).
+
+    Speculation pays exactly when ``alpha > break_even_alpha(...)``, and the two
+    edge cases keep that reading:
+
+    * returns ``0.0`` when the round costs no more than one target step
+      (gamma * c + v <= 1): every alpha breaks even or wins;
+    * returns ``math.inf`` when even alpha = 1 cannot pay for the round
+      (gamma * c + v > gamma + 1): no acceptance rate breaks even.
+    """
+    if np.ndim(c) != 0 or np.ndim(gamma) != 0 or (not callable(verify_cost) and np.ndim(verify_cost) != 0):
+        raise ValueError("break_even_alpha takes scalar gamma, c and verify_cost")
+    g = int(_gamma(gamma))
+    cost = float(_nonneg(c, "c"))
+    v = float(_verify_cost(verify_cost, np.asarray(g)))
+    target = g * cost + v
+    if target <= 1.0:
+        return 0.0
+    if target > g + 1.0:
+        return math.inf
+    lo, hi = 0.0, 1.0
+    while True:  # bisection to full float precision; E(lo) < target <= E(hi)
+        mid = 0.5 * (lo + hi)
+        if mid <= lo or mid >= hi:
+            return hi
+        if _scalar_expected(mid, g) < target:
+            lo = mid
+        else:
+            hi = mid
+
+
+def break_even_cost(alpha, gamma, verify_cost: VerifyCost = 1.0):
+    """Largest draft cost c at which speculation still breaks even: speedup == 1.
+
+        c* = (E[tokens] - v) / gamma
+
+    Speculation pays exactly when ``c < break_even_cost(...)``.  The exact value is
+    returned even when it is negative: a negative c* means that even a free draft
+    (c = 0) loses, because verification costs more than the expected yield.
+    gamma must be >= 1 (with no drafts the draft cost is irrelevant).
+    """
+    g = _gamma(gamma)
+    if np.any(g < 1):
+        raise ValueError(f"gamma must be >= 1 for break_even_cost, got {gamma!r}")
+    a = _alpha(alpha)
+    v = _verify_cost(verify_cost, g)
+    out = (expected_tokens(a, g) - v) / g
+    return _result(out, alpha, gamma, verify_cost if not callable(verify_cost) else 0.0)
+
+
+def optimal_gamma(alpha, c, verify_cost: VerifyCost = 1.0, max_gamma: int = 64) -> tuple[int, float]:
+    """Draft length in 0..max_gamma that maximises :func:`speedup`.
+
+    Returns ``(best_gamma, best_speedup)``.  gamma = 0 stands for plain decoding,
+    whose speedup is 1 by definition, so ``(0, 1.0)`` means "do not speculate".
+    ``verify_cost`` may be a callable ``gamma -> v`` (a measured verify-cost curve);
+    it is called for gamma = 1..max_gamma.  Ties go to the shorter draft.  With
+    alpha = 1 and a cheap draft the speedup keeps rising, so the answer is max_gamma.
+    """
+    if np.ndim(alpha) != 0 or np.ndim(c) != 0:
+        raise ValueError("optimal_gamma takes scalar alpha and c")
+    a = float(_alpha(alpha))
+    cost = float(_nonneg(c, "c"))
+    m = int(_gamma(max_gamma, "max_gamma"))
+    if m < 1:
+        raise ValueError(f"max_gamma must be >= 1, got {max_gamma!r}")
+    gammas = np.arange(1, m + 1)
+    values = np.asarray(speedup(a, gammas, cost, verify_cost))
+    best = int(np.argmax(values))  # first maximum: ties go to the shorter draft
+    if values[best] > 1.0:
+        return int(gammas[best]), float(values[best])
+    return 0, 1.0
+
+
+# --------------------------------------------------------------------------- roofline
+
+@dataclass(frozen=True)
+class Hardware:
+    """An accelerator for the roofline model.
+
+    peak_flops: dense bf16 FLOP/s;  bandwidth: memory bytes/s.
+    ``ridge`` = peak_flops / bandwidth: the arithmetic intensity (FLOP per byte)
+    above which a kernel is compute-bound rather than memory-bound.
+    """
+
+    name: str
+    peak_flops: float
+    bandwidth: float
+
+    def __post_init__(self):
+        _positive(self.peak_flops, "peak_flops")
+        _positive(self.bandwidth, "bandwidth")
+
+    @property
+    def ridge(self) -> float:
+        return self.peak_flops / self.bandwidth
+
+
+# Vendor datasheet figures: dense (no sparsity) bf16 tensor-core peak, HBM bandwidth.
+HARDWARE: dict[str, Hardware] = {
+    "H100": Hardware("H100 SXM", 989e12, 3.35e12),   # ridge ~295
+    "H200": Hardware("H200 SXM", 989e12, 4.8e12),    # ridge ~206
+    "A100": Hardware("A100 SXM 80GB", 312e12, 2.039e12),  # ridge ~153
+}
+
+
+def _hardware(hardware: Union[str, Hardware]) -> Hardware:
+    if isinstance(hardware, Hardware):
+        return hardware
+    if isinstance(hardware, str) and hardware in HARDWARE:
+        return HARDWARE[hardware]
+    raise ValueError(f"hardware must be a Hardware or one of {sorted(HARDWARE)}, got {hardware!r}")
+
+
+def ridge_point(peak_flops, bandwidth):
+    """Roofline ridge: peak_flops / bandwidth, in FLOP per byte."""
+    return _result(_positive(peak_flops, "peak_flops") / _positive(bandwidth, "bandwidth"),
+                   peak_flops, bandwidth)
+
+
+def _batch(value) -> np.ndarray:
+    b = _gamma(value, "batch")
+    if np.any(b < 1):
+        raise ValueError(f"batch must be a positive integer, got {value!r}")
+    return b
+
+
+def arithmetic_intensity(batch, gamma=0):
+    """FLOPs per weight byte of one decode (or verify) pass: batch * (gamma + 1).
+
+    Simplified decode model from the lesson: each token processed costs
+    2 FLOPs per parameter (one multiply-add), and each parameter is read once per
+    pass as 2 bytes (bf16), shared by every token in the pass.  So intensity is
+    2 * tokens / 2 = tokens processed per pass.  KV-cache reads and attention
+    FLOPs are ignored (they matter at long context).
+    """
+    b = _batch(batch)
+    g = _gamma(gamma)
+    return _result(b * (g + 1.0), batch, gamma)
+
+
+def roofline_rows(batches=(1, 64), gammas=(0, 4), hardware: Union[str, Hardware] = "H100") -> list[dict]:
+    """The lesson's "one pool of spare compute" table, one dict per (batch, gamma).
+
+    Keys: batch, gamma, intensity, ridge, fraction_of_ridge, compute_bound.
+    Rows are batch-major in the order given.  On an H100 the defaults give
+    intensities 1, 5, 64, 320 against a ridge of ~295: 0.3%, 1.7%, 22%, and over.
+    """
+    hw = _hardware(hardware)
+    rows = []
+    for b in np.atleast_1d(_batch(batches)):
+        for g in np.atleast_1d(_gamma(gammas, "gammas")):
+            intensity = float(arithmetic_intensity(int(b), int(g)))
+            rows.append(dict(batch=int(b), gamma=int(g), intensity=intensity, ridge=hw.ridge,
+                             fraction_of_ridge=intensity / hw.ridge,
+                             compute_bound=intensity >= hw.ridge))
+    return rows
+
+
+def verify_time_ratio(n_positions, batch=1, hardware: Union[str, Hardware] = "H100"):
+    """Roofline estimate of v = time(pass over n positions) / time(pass over 1 position).
+
+    Under the roofline, one pass takes max(weight-read time, compute time), which
+    in units of the weight-read time is ``max(1, batch * n / ridge)``.  So
+
+        v = max(1, batch * n / ridge) / max(1, batch / ridge)
+
+    At batch 1 the extra positions are free (v = 1: the paper's assumption).  Once
+    ``batch * n`` crosses the ridge they cost time in proportion to their number:
+    batching has already spent the idle arithmetic speculation relies on.
+    """
+    n = _gamma(n_positions, "n_positions")
+    if np.any(n < 1):
+        raise ValueError(f"n_positions must be a positive integer, got {n_positions!r}")
+    b = _batch(batch)
+    ridge = _hardware(hardware).ridge
+    out = np.maximum(1.0, b * n / ridge) / np.maximum(1.0, b / ridge)
+    return _result(out, n_positions, batch)

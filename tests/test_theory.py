@@ -1,0 +1,271 @@
+"""Tests for specbook.theory: the lesson's numbers, limits, round trips, bad input."""
+import math
+import re
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specbook import theory as th
+
+ALPHAS = st.floats(0.0, 1.0, allow_nan=False)
+GAMMAS = st.integers(0, 40)
+PROPS = settings(derandomize=True, max_examples=200, deadline=None)
+
+
+# --------------------------------------------------------------------------- lesson numbers
+
+@pytest.mark.parametrize("alpha, gamma, expected", [
+    (0.5, 3, 1.875), (0.5, 10, 1.9990), (0.7, 4, 2.7731), (0.9, 4, 4.0951),
+    (0.7, 10, 3.2674), (0.8, 4, 3.3616), (0.4, 4, 1.6496),
+])
+def test_expected_tokens_reference(alpha, gamma, expected):
+    assert th.expected_tokens(alpha, gamma) == pytest.approx(expected, abs=5e-5)
+
+
+def test_lesson_ratios():
+    # "7% more tokens", "a 48% gain", "gains 18%"
+    assert th.relative_gain(th.expected_tokens(0.5, 10), th.expected_tokens(0.5, 3)) == pytest.approx(0.066, abs=5e-3)
+    assert th.relative_gain(th.expected_tokens(0.9, 4), th.expected_tokens(0.7, 4)) == pytest.approx(0.48, abs=5e-3)
+    assert th.relative_gain(th.expected_tokens(0.7, 10), th.expected_tokens(0.7, 4)) == pytest.approx(0.18, abs=5e-3)
+
+
+@pytest.mark.parametrize("alpha, c, expected", [
+    (0.8, 0.05, 2.80), (0.8, 0.15, 2.10), (0.5, 0.15, 1.21), (0.4, 0.30, 0.75),
+])
+def test_speedup_reference(alpha, c, expected):
+    assert th.speedup(alpha, 4, c) == pytest.approx(expected, abs=5e-3)
+
+
+def test_return_types():
+    assert type(th.expected_tokens(0.5, 3)) is float
+    assert type(th.speedup(0.5, 3, 0.1)) is float
+    out = th.expected_tokens(np.array([0.5, 0.9]), 4)
+    assert isinstance(out, np.ndarray) and out.shape == (2,)
+    assert np.allclose(out, [1.9375, 4.0951])
+
+
+# --------------------------------------------------------------------------- limits
+
+def test_alpha_one_and_zero_exact():
+    for g in range(0, 12):
+        assert th.expected_tokens(1.0, g) == g + 1
+        assert th.expected_tokens(0.0, g) == 1.0
+    assert th.expected_tokens_limit(1.0) == math.inf
+    assert th.expected_tokens_limit(0.5) == 2.0
+
+
+def test_near_one_has_no_cancellation():
+    # 1 + a + ... + a^g evaluated as an explicit sum in exact-ish arithmetic
+    for a in (1 - 1e-9, 1 - 1e-12, 1 - 2**-40):
+        direct = math.fsum(a**k for k in range(8))
+        assert th.expected_tokens(a, 7) == pytest.approx(direct, rel=1e-13)
+
+
+def test_large_gamma_tends_to_limit():
+    for a in (0.1, 0.5, 0.9):
+        assert th.expected_tokens(a, 2000) == pytest.approx(th.expected_tokens_limit(a), rel=1e-12)
+
+
+def test_yield_table_shape_and_values():
+    table = th.yield_table([0.5, 0.7, 0.9], [3, 4, 10])
+    assert table.shape == (3, 3)
+    assert table[0, 0] == pytest.approx(1.875)
+    assert table[2, 1] == pytest.approx(4.0951, abs=5e-5)
+    assert np.all(np.diff(table, axis=0) > 0) and np.all(np.diff(table, axis=1) > 0)
+
+
+# --------------------------------------------------------------------------- properties
+
+@PROPS
+@given(ALPHAS, GAMMAS)
+def test_expected_tokens_bounds_and_geometric_sum(alpha, gamma):
+    e = th.expected_tokens(alpha, gamma)
+    assert 1.0 - 1e-12 <= e <= gamma + 1 + 1e-12
+    assert e == pytest.approx(math.fsum(alpha**k for k in range(gamma + 1)), rel=1e-9)
+
+
+@PROPS
+@given(ALPHAS, ALPHAS, GAMMAS)
+def test_expected_tokens_increasing_in_alpha(a1, a2, gamma):
+    lo, hi = sorted((a1, a2))
+    assert th.expected_tokens(lo, gamma) <= th.expected_tokens(hi, gamma) * (1 + 1e-12)
+
+
+@PROPS
+@given(ALPHAS, GAMMAS)
+def test_expected_tokens_increasing_in_gamma(alpha, gamma):
+    assert th.expected_tokens(alpha, gamma + 1) >= th.expected_tokens(alpha, gamma) * (1 - 1e-12)
+    assert th.expected_tokens(alpha, gamma) <= th.expected_tokens_limit(alpha) * (1 + 1e-12)
+
+
+@PROPS
+@given(ALPHAS, st.integers(1, 20), st.floats(0.0, 1.0), st.floats(0.2, 3.0))
+def test_speedup_decreasing_in_costs(alpha, gamma, c, v):
+    s = th.speedup(alpha, gamma, c, v)
+    assert th.speedup(alpha, gamma, c + 0.1, v) < s
+    assert th.speedup(alpha, gamma, c, v + 0.1) < s
+
+
+@PROPS
+@given(st.integers(1, 16), st.floats(0.0, 0.5), st.floats(0.5, 2.0))
+def test_break_even_alpha_round_trip(gamma, c, v):
+    a = th.break_even_alpha(gamma, c, v)
+    if a == math.inf:
+        assert th.speedup(1.0, gamma, c, v) < 1.0
+    elif a == 0.0:
+        assert th.speedup(0.0, gamma, c, v) >= 1.0
+    else:
+        assert 0.0 < a <= 1.0
+        assert th.speedup(a, gamma, c, v) == pytest.approx(1.0, abs=1e-12)
+        # pays above, loses below
+        assert th.speedup(min(1.0, a + 1e-6), gamma, c, v) > 1.0 or a + 1e-6 > 1.0
+        assert th.speedup(max(0.0, a - 1e-6), gamma, c, v) < 1.0
+
+
+@PROPS
+@given(ALPHAS, st.integers(1, 16), st.floats(0.5, 2.0))
+def test_break_even_cost_round_trip(alpha, gamma, v):
+    c = th.break_even_cost(alpha, gamma, v)
+    if c >= 0:
+        assert th.speedup(alpha, gamma, c, v) == pytest.approx(1.0, abs=1e-12)
+    else:  # even a free draft loses
+        assert th.speedup(alpha, gamma, 0.0, v) < 1.0
+
+
+# --------------------------------------------------------------------------- break-even and optimal gamma
+
+def test_break_even_examples():
+    a = th.break_even_alpha(4, 0.30)
+    assert 0.4 < a < 0.8  # the lesson's 0.4 loses at c = 0.3
+    assert th.speedup(a, 4, 0.30) == pytest.approx(1.0, abs=1e-12)
+    assert th.break_even_alpha(4, 0.0) == 0.0  # free draft, free verify: never loses
+    assert th.break_even_alpha(4, 2.0) == math.inf  # 4*2+1 = 9 > 5 tokens at best
+    assert th.break_even_alpha(4, 1.0) == 1.0  # 4*1+1 = 5 = gamma+1 exactly at alpha 1
+    assert th.break_even_alpha(0, 0.3, verify_cost=1.2) == math.inf
+    assert th.break_even_cost(0.4, 4) == pytest.approx((1.6496 - 1) / 4)
+    assert th.break_even_cost(0.0, 4, verify_cost=1.5) == pytest.approx(-0.125)
+
+
+def test_break_even_with_measured_curve():
+    curve = lambda g: 1.0 + 0.05 * g  # noqa: E731
+    a = th.break_even_alpha(4, 0.1, curve)
+    assert th.speedup(a, 4, 0.1, curve) == pytest.approx(1.0, abs=1e-12)
+    assert a > th.break_even_alpha(4, 0.1)
+
+
+def _brute_optimum(alpha, c, v, m):
+    best = (0, 1.0)
+    for g in range(1, m + 1):
+        s = th.speedup(alpha, g, c, v(g) if callable(v) else v)
+        if s > best[1]:
+            best = (g, s)
+    return best
+
+
+@pytest.mark.parametrize("alpha, c", [(0.8, 0.05), (0.8, 0.15), (0.5, 0.15), (0.4, 0.3), (0.95, 0.01), (0.1, 0.5)])
+def test_optimal_gamma_matches_brute_force(alpha, c):
+    g, s = th.optimal_gamma(alpha, c)
+    assert (g, s) == pytest.approx(_brute_optimum(alpha, c, 1.0, 64))
+    if g > 0:
+        assert s >= th.speedup(alpha, g + 1, c) and (g == 1 or s >= th.speedup(alpha, g - 1, c))
+
+
+def test_optimal_gamma_trends():
+    gs_c = [th.optimal_gamma(0.8, c)[0] for c in (0.01, 0.05, 0.15, 0.3)]
+    assert gs_c == sorted(gs_c, reverse=True) and gs_c[0] > gs_c[-1]
+    gs_a = [th.optimal_gamma(a, 0.05)[0] for a in (0.5, 0.7, 0.9)]
+    assert gs_a == sorted(gs_a) and gs_a[0] < gs_a[-1]
+    assert th.optimal_gamma(0.1, 0.5) == (0, 1.0)  # do not speculate
+    assert th.optimal_gamma(1.0, 0.0, max_gamma=16) == (16, 17.0)
+
+
+def test_optimal_gamma_with_verify_curve():
+    steep = lambda g: 1.0 + 0.25 * g  # noqa: E731  compute-bound: positions cost time
+    g_flat, _ = th.optimal_gamma(0.8, 0.05)
+    g_steep, s_steep = th.optimal_gamma(0.8, 0.05, verify_cost=steep)
+    assert g_steep < g_flat
+    assert (g_steep, s_steep) == pytest.approx(_brute_optimum(0.8, 0.05, steep, 64))
+
+
+# --------------------------------------------------------------------------- roofline
+
+def test_hardware_ridges():
+    assert th.HARDWARE["H100"].ridge == pytest.approx(295, abs=1)
+    assert th.HARDWARE["H200"].ridge == pytest.approx(206, abs=1)
+    assert th.HARDWARE["A100"].ridge == pytest.approx(153, abs=1)
+    assert th.ridge_point(989e12, 3.35e12) == pytest.approx(th.HARDWARE["H100"].ridge)
+    with pytest.raises(Exception):
+        th.HARDWARE["H100"].bandwidth = 1.0  # frozen
+
+
+def test_roofline_lesson_table():
+    rows = th.roofline_rows()
+    assert [(r["batch"], r["gamma"], r["intensity"]) for r in rows] == [(1, 0, 1), (1, 4, 5), (64, 0, 64), (64, 4, 320)]
+    fractions = [round(100 * r["fraction_of_ridge"], 1) for r in rows]
+    assert fractions[:2] == [0.3, 1.7] and round(fractions[2]) == 22 and fractions[3] > 100
+    assert [r["compute_bound"] for r in rows] == [False, False, False, True]
+    # on an H200 the same 320 is even further over its lower ridge
+    assert th.roofline_rows([64], [4], hardware="H200")[0]["fraction_of_ridge"] > rows[3]["fraction_of_ridge"]
+
+
+def test_arithmetic_intensity():
+    assert th.arithmetic_intensity(1) == 1.0
+    assert th.arithmetic_intensity(8, 3) == 32.0
+    assert np.array_equal(th.arithmetic_intensity(np.array([1, 2]), 4), [5.0, 10.0])
+
+
+def test_verify_time_ratio():
+    assert th.verify_time_ratio(5, 1) == 1.0  # memory-bound: extra positions free
+    assert th.verify_time_ratio(5, 64) == pytest.approx(320 / th.HARDWARE["H100"].ridge)
+    assert th.verify_time_ratio(5, 4096) == pytest.approx(5.0)  # fully compute-bound
+    r = [th.verify_time_ratio(5, b) for b in (1, 16, 64, 128, 512, 4096)]
+    assert r == sorted(r)
+    # batching eats the spare compute: the same alpha/gamma/c wins less at batch 128
+    s1 = th.speedup(0.8, 4, 0.05, th.verify_time_ratio(5, 1))
+    s128 = th.speedup(0.8, 4, 0.05, th.verify_time_ratio(5, 128))
+    assert s128 < s1
+
+
+# --------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("call, arg", [
+    (lambda: th.expected_tokens(1.5, 3), "alpha"),
+    (lambda: th.expected_tokens(-0.1, 3), "alpha"),
+    (lambda: th.expected_tokens(float("nan"), 3), "alpha"),
+    (lambda: th.expected_tokens([0.5, float("nan")], 3), "alpha"),
+    (lambda: th.expected_tokens(0.5, -1), "gamma"),
+    (lambda: th.expected_tokens(0.5, 2.5), "gamma"),
+    (lambda: th.expected_tokens(0.5, float("inf")), "gamma"),
+    (lambda: th.expected_tokens(0.5, True), "gamma"),
+    (lambda: th.expected_tokens("x", 3), "alpha"),
+    (lambda: th.expected_tokens_limit(2.0), "alpha"),
+    (lambda: th.speedup(0.5, 3, -0.1), "c"),
+    (lambda: th.speedup(0.5, 3, float("nan")), "c"),
+    (lambda: th.speedup(0.5, 3, 0.1, 0.0), "verify_cost"),
+    (lambda: th.speedup(0.5, 3, 0.1, -1.0), "verify_cost"),
+    (lambda: th.speedup(0.5, 3, 0.1, lambda g: float("nan")), "verify_cost(3)"),
+    (lambda: th.break_even_alpha(-1, 0.1), "gamma"),
+    (lambda: th.break_even_alpha(4, -0.1), "c"),
+    (lambda: th.break_even_alpha(4, 0.1, 0.0), "verify_cost"),
+    (lambda: th.break_even_alpha([4, 5], 0.1), "scalar"),
+    (lambda: th.break_even_cost(0.5, 0), "gamma"),
+    (lambda: th.break_even_cost(1.1, 4), "alpha"),
+    (lambda: th.optimal_gamma(0.5, 0.1, max_gamma=0), "max_gamma"),
+    (lambda: th.optimal_gamma(0.5, -1.0), "c"),
+    (lambda: th.optimal_gamma(float("nan"), 0.1), "alpha"),
+    (lambda: th.yield_table([0.5, 2.0], [1]), "alphas"),
+    (lambda: th.yield_table([0.5], [1.5]), "gammas"),
+    (lambda: th.Hardware("x", 0.0, 1.0), "peak_flops"),
+    (lambda: th.Hardware("x", 1.0, float("nan")), "bandwidth"),
+    (lambda: th.ridge_point(1.0, -1.0), "bandwidth"),
+    (lambda: th.arithmetic_intensity(0), "batch"),
+    (lambda: th.arithmetic_intensity(1.5), "batch"),
+    (lambda: th.roofline_rows(hardware="TPU"), "hardware"),
+    (lambda: th.verify_time_ratio(0, 1), "n_positions"),
+    (lambda: th.relative_gain(1.0, 0.0), "old"),
+])
+def test_bad_input_raises_naming_argument(call, arg):
+    with pytest.raises(ValueError, match=re.escape(arg)):
+        call()
