@@ -158,9 +158,10 @@ def speculative_generate(
     draft_passes_before = int(getattr(drafter, "passes", 0))
     pending = _start(target, prompt)  # (B, 1)
     emitted: list[list[int]] = [[] for _ in range(B)]
+    prompt_rows = prompt.tolist()
     bar = tqdm(total=max_new_tokens, disable=not progress, desc="speculative")
     while min(len(e) for e in emitted) < max_new_tokens:
-        contexts = [torch.cat([prompt[b], torch.tensor(emitted[b], dtype=torch.long)]) for b in range(B)]
+        contexts = [torch.tensor(prompt_rows[b] + emitted[b], device=prompt.device) for b in range(B)]
         draft: Draft = drafter.propose(contexts, gamma, params, generator)
         K = draft.num_tokens
         lengths_before = target.cache_lengths  # (B,)
@@ -174,8 +175,8 @@ def speculative_generate(
         stats.record(K, num_emitted)
         stats.draft_passes = int(getattr(drafter, "passes", 0)) - draft_passes_before
         done = min(len(e) for e in emitted)
-        for b in range(B):
-            emitted[b].extend(tokens[b, : num_emitted[b]].tolist())
+        for row, new, n in zip(emitted, tokens.tolist(), num_emitted.tolist()):
+            row.extend(new[:n])
         pending = tokens.gather(1, (num_emitted - 1)[:, None])  # (B, 1)
         bar.update(min(len(e) for e in emitted) - done)
     bar.close()

@@ -82,20 +82,28 @@ class MarkovLM:
         if tokens.ndim != 2 or tokens.shape[0] != self._lengths.shape[0]:
             raise ValueError(f"tokens must be (B, N) with B = {self._lengths.shape[0]}, got {tuple(tokens.shape)}")
         B, N = tokens.shape
-        paths = [list(range(i + 1)) for i in range(N)] if parents is None else [ancestors(parents, i) + [i] for i in range(N)]
-        logits = torch.empty(B, N, self.vocab_size, dtype=torch.float64)  # (B, N, V)
-        width = int(self._lengths.max()) + N if B else N
+        tokens = tokens.long()
+        width = (int(self._lengths.max()) if B else 0) + N
         if self._history.shape[1] < width:
-            grown = torch.zeros(B, width, dtype=torch.long)
+            grown = torch.zeros(B, max(width, 2 * self._history.shape[1]), dtype=torch.long)
             grown[:, : self._history.shape[1]] = self._history
             self._history = grown
-        for b in range(B):
-            L = int(self._lengths[b])
-            cached = self._history[b, max(0, L - self.order) : L].tolist()
-            for i, path in enumerate(paths):
-                logits[b, i] = self.next_logits(cached + tokens[b, path].tolist())
-            self._history[b, L : L + N] = tokens[b]
-            self._lengths[b] = L + N
+        # the last `order` cached tokens of every row, left-padded with token 0
+        offsets = torch.arange(-self.order, 0)  # (order,)
+        idx = self._lengths[:, None] + offsets  # (B, order)
+        cached = self._history.gather(1, idx.clamp_min(0)).masked_fill(idx < 0, 0)  # (B, order)
+        if parents is None:
+            seq = torch.cat([cached, tokens], dim=1)  # (B, order + N)
+            windows = seq.unfold(1, self.order, 1)[:, 1:]  # (B, N, order): the last `order` tokens at each node
+        else:
+            paths = [ancestors(parents, i) + [i] for i in range(N)]
+            windows = torch.stack([torch.cat([cached, tokens[:, path]], dim=1)[:, -self.order:] for path in paths], 1)
+        powers = self.vocab_size ** torch.arange(self.order - 1, -1, -1)  # (order,)
+        states = (windows * powers).sum(-1)  # (B, N)
+        logits = self.log_transitions[states]  # (B, N, V)
+        rows = torch.arange(B)[:, None]
+        self._history[rows, self._lengths[:, None] + torch.arange(N)] = tokens
+        self._lengths = self._lengths + N
         self.forward_calls += 1
         return logits
 

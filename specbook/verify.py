@@ -76,12 +76,12 @@ def _check_chain_inputs(target_probs, draft_probs, draft_tokens) -> None:
         )
     check_tokens("draft_tokens", draft_tokens, V)
     if draft_probs is not None:
-        check_probs("draft_probs", draft_probs, ndim=3)
-        if tuple(draft_probs.shape) != (B, K1 - 1, V):
+        if not isinstance(draft_probs, torch.Tensor) or tuple(draft_probs.shape) != (B, K1 - 1, V):
             raise ValueError(
-                f"draft_probs has shape {tuple(draft_probs.shape)}, expected {(B, K1 - 1, V)} "
+                f"draft_probs has shape {tuple(getattr(draft_probs, 'shape', ()))}, expected {(B, K1 - 1, V)} "
                 "(same batch, K and vocabulary as target_probs)"
             )
+        check_probs("draft_probs", draft_probs, ndim=3)
 
 
 def residual(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:

@@ -68,8 +68,8 @@ class DraftModelDrafter:
         for _ in range(gamma):
             logits = self.model.forward(feed)[:, -1]  # (B, V)
             self.passes += 1
-            for b in range(B):
-                self._cached[b].extend(feed[b].tolist())
+            for cached, fed in zip(self._cached, feed.tolist()):
+                cached.extend(fed)
             if params.greedy:
                 nxt = logits.argmax(-1)  # (B,)
             else:
