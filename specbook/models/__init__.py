@@ -1,0 +1,19 @@
+"""Real models: a readable Llama with a per-row KV cache, Target adapters, offline loaders."""
+from .cache import AttentionPlan, KVCache
+from .hf import check_same_tokenizer, load_llama, load_tokenizer
+from .llama import LlamaConfig, LlamaModel, RopeScaling
+from .target import HFTarget, LlamaTarget, tree_structure
+
+__all__ = [
+    "AttentionPlan", "KVCache", "LlamaConfig", "LlamaModel", "RopeScaling", "LlamaTarget", "HFTarget",
+    "tree_structure", "load_llama", "load_smollm2", "load_tokenizer", "check_same_tokenizer",
+]
+
+
+def __getattr__(name):
+    # Imported lazily so that `python -m specbook.models.smollm2` runs the module only once.
+    if name == "load_smollm2":
+        from .smollm2 import load_smollm2
+
+        return load_smollm2
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
