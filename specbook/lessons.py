@@ -210,7 +210,7 @@ class PositionSetup:
     raw_draft_probs: torch.Tensor
 
 
-def position_setup(match: float = 0.6, temperature: float = 1.0, vocab_size: int = 8, seed: int = 0,
+def position_setup(match: float = 0.3, temperature: float = 0.6, vocab_size: int = 8, seed: int = 2,
                    context: Sequence[int] = (0,)) -> PositionSetup:
     """p and q at one context of :func:`specbook.toy.make_toy_pair` (float64)."""
     if not temperature > 0:
