@@ -42,8 +42,10 @@ def check_probs(name: str, probs: torch.Tensor, ndim: int | None = None) -> None
         raise ValueError(f"{name} must have {ndim} dims, got shape {tuple(probs.shape)}")
     if not probs.is_floating_point():
         raise ValueError(f"{name} must be a floating-point tensor, got dtype {probs.dtype}")
+    if probs.ndim == 0 or probs.shape[-1] == 0:
+        raise ValueError(f"{name} has an empty vocabulary dimension (shape {tuple(probs.shape)})")
     if probs.numel() == 0:
-        raise ValueError(f"{name} is empty (shape {tuple(probs.shape)})")
+        return  # e.g. draft_probs of shape (B, 0, V): no drafts this step
     if not torch.isfinite(probs).all():
         bad = probs[~torch.isfinite(probs)].flatten()[0].item()
         raise ValueError(f"{name} contains a non-finite value ({bad})")
