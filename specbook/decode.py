@@ -26,12 +26,22 @@ from .verify import verify_chain, verify_greedy
 
 @dataclass
 class DecodeStats:
-    """Counters of one generation.  alpha = accepted / proposed; tau = emitted / target passes."""
+    """Counters of one generation.
+
+    Two acceptance figures, because they answer different questions:
+
+    * ``alpha`` = accepted / proposed: the share of all drafted tokens that survived.  Drafts
+      after the first rejection were never tested, and count as lost work.
+    * ``acceptance_rate`` = accepted / verified: the chance that a draft that *was* tested
+      survives.  This estimates the alpha of Leviathan et al.'s E[tokens] formula, which
+      assumes every position is accepted independently with the same probability.
+    """
 
     target_passes: int = 0  # verification passes (prefill not counted)
     draft_passes: int = 0  # forward passes of a draft model, as reported by the drafter
     proposed: int = 0  # draft tokens proposed, summed over rows
     accepted: int = 0  # draft tokens accepted, summed over rows
+    verified: int = 0  # draft tokens actually tested (up to and including the first rejection)
     emitted: int = 0  # tokens emitted (accepted + corrected/bonus), summed over rows
     accepted_per_step: list[int] = field(default_factory=list)  # per (step, row): accepted drafts
     position_proposed: list[int] = field(default_factory=list)  # [i]: drafts proposed at depth i
@@ -40,6 +50,10 @@ class DecodeStats:
     @property
     def alpha(self) -> float:
         return self.accepted / self.proposed if self.proposed else float("nan")
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.verified if self.verified else float("nan")
 
     @property
     def tau(self) -> float:
@@ -62,6 +76,7 @@ class DecodeStats:
             self.accepted_per_step.append(accepted)
             # depth i was verified iff all earlier drafts were accepted
             verified = min(accepted + 1, num_drafts)
+            self.verified += verified
             while len(self.position_proposed) < num_drafts:
                 self.position_proposed.append(0)
                 self.position_accepted.append(0)
@@ -71,7 +86,8 @@ class DecodeStats:
 
     def summary(self) -> str:
         return (f"target passes {self.target_passes}, draft passes {self.draft_passes}, "
-                f"alpha {self.alpha:.3f}, tau {self.tau:.3f} tokens/pass")
+                f"alpha {self.alpha:.3f} (accepted/proposed), acceptance rate {self.acceptance_rate:.3f} "
+                f"(accepted/verified), tau {self.tau:.3f} tokens/pass")
 
 
 @dataclass

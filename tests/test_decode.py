@@ -107,6 +107,7 @@ def test_stats_bookkeeping():
     assert s.proposed == 4 * s.target_passes and s.draft_passes == 4 * s.target_passes
     assert abs(s.tau - s.emitted / s.target_passes) < 1e-12 and 0 <= s.alpha <= 1
     assert s.position_proposed[0] == s.target_passes and sum(s.position_accepted) == s.accepted
+    assert s.verified == sum(s.position_proposed) and s.alpha <= s.acceptance_rate
     plain = generate(target, torch.tensor([[0, 1]]), 10).stats
     assert plain.tau == 1.0 and plain.target_passes == 10
 
