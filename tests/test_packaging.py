@@ -30,8 +30,9 @@ def test_environment_declares_no_dependency_of_its_own():
     names = lambda specs: {re.split(r"[<>=!~\[ ]", s)[0].lower() for s in specs}  # noqa: E731
     pip = [e for e in _pip_section() if not e.startswith(("-e", "."))]
     assert not pip, f"declare these in pyproject.toml instead: {pip}"
-    conda = [l.strip()[2:] for l in (ROOT / "environment.yml").read_text().splitlines()
-             if re.match(r"\s{2}- [a-z]", l) and "pip:" not in l]
+    text = (ROOT / "environment.yml").read_text()
+    block = text.split("dependencies:", 1)[1].split("- pip:", 1)[0]
+    conda = [l.strip()[2:] for l in block.splitlines() if l.strip().startswith("- ")]
     assert names(conda) <= {"python", "pip"}, f"conda packages duplicating pyproject: {conda}"
 
 
