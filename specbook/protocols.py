@@ -12,7 +12,9 @@ per row.  The speculative loop only ever needs four things from it:
   plain chain (ordinary causal attention).  Node ``i`` sits at position
   ``cache_length + depth(i)`` and attends to the cached context plus its ancestors;
 * ``cache_lengths``              (B,) how many tokens each row holds in its cache;
-* ``rollback(lengths)``          keep only the first ``lengths[b]`` cached tokens of row b.
+* ``rollback(lengths)``          keep only the first ``lengths[b]`` cached tokens of row b;
+* ``keep(indices)`` (trees only)   directly after a tree forward, keep per row only the new
+  tokens ``indices[b]`` (a root-to-node path, listed root first), packed into place.
 
 A *Drafter* proposes tokens for the target to verify.  It sees the full token
 history of every row (prompt plus everything emitted so far) and keeps whatever

@@ -42,6 +42,7 @@ class MarkovLM:
         self.log_transitions = self.transitions.log()  # (S, V); log 0 = -inf
         self._history = torch.zeros(0, 0, dtype=torch.long)
         self._lengths = torch.zeros(0, dtype=torch.long)
+        self._last_start: torch.Tensor | None = None
         self.forward_calls = 0  # how many forward passes were made (one per target / draft pass)
 
     # --- exact conditionals -------------------------------------------------------------------
@@ -70,13 +71,19 @@ class MarkovLM:
         if lengths.shape != self._lengths.shape or (lengths < 0).any() or (lengths > self._lengths).any():
             raise ValueError(f"rollback lengths {lengths.tolist()} must be per-row and <= cache lengths {self._lengths.tolist()}")
         self._lengths = lengths.clone()
+        self._last_start = None
 
-    def keep(self, start: torch.Tensor, indices: torch.Tensor, counts: torch.Tensor) -> None:
-        """Tree compaction: row b keeps new entries ``indices[b, :counts[b]]`` placed after ``start[b]``."""
-        for b in range(self._history.shape[0]):
-            kept = self._history[b, start[b] + indices[b, : counts[b]]].clone()
-            self._history[b, start[b] : start[b] + counts[b]] = kept
-            self._lengths[b] = start[b] + counts[b]
+    def keep(self, indices) -> None:
+        """After a tree forward, keep only ``indices[b]`` (new-token indices, a root-to-node path) per row."""
+        if self._last_start is None:
+            raise ValueError("keep() must directly follow forward()")
+        for b, idx in enumerate(indices):
+            idx = torch.as_tensor(idx, dtype=torch.long).reshape(-1)
+            start = int(self._last_start[b])
+            kept = self._history[b, start + idx].clone()
+            self._history[b, start : start + len(idx)] = kept
+            self._lengths[b] = start + len(idx)
+        self._last_start = None
 
     def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None) -> torch.Tensor:
         if tokens.ndim != 2 or tokens.shape[0] != self._lengths.shape[0]:
@@ -103,6 +110,7 @@ class MarkovLM:
         logits = self.log_transitions[states]  # (B, N, V)
         rows = torch.arange(B)[:, None]
         self._history[rows, self._lengths[:, None] + torch.arange(N)] = tokens
+        self._last_start = self._lengths.clone()
         self._lengths = self._lengths + N
         self.forward_calls += 1
         return logits
