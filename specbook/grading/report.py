@@ -1,0 +1,160 @@
+"""What the checker hands back: one :class:`Check` per property or law, gathered in a :class:`Report`.
+
+A check is either a *property* (deterministic: it holds for every call or it
+fails, e.g. "never emits a token the target gives probability 0") or a *law*
+(statistical: a p-value from a goodness-of-fit or binomial test against the
+exact law of a correct sampler).  All law checks of one report form one family
+judged by Holm's step-down procedure at ``alpha`` (Holm 1979), so a correct
+implementation fails the whole report with probability at most ``alpha``,
+whatever the seed.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field, replace
+
+from ..stats import holm
+
+PASS, FAIL, WARN, NOT_RUN = "pass", "FAIL", "warn", "not run"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of a report.
+
+    name:    what is checked ("acceptance probability", "outputs well-formed", ...)
+    case:    which input case ("mixed", "p == q", ...)
+    kind:    "property" (deterministic), "law" (statistical) or "advice" (never fails the report)
+    verdict: "pass", "FAIL", "warn" or "not run"
+    statistic, dof, pvalue, n: the test's numbers (law checks); None for properties
+    reason:  what was compared, and on failure what was observed
+    hint:    what to fix, shown when the check fails
+    """
+
+    name: str
+    case: str
+    kind: str
+    verdict: str = NOT_RUN
+    statistic: float | None = None
+    dof: int | None = None
+    pvalue: float | None = None
+    n: int | None = None
+    reason: str = ""
+    hint: str = ""
+
+    @property
+    def failed(self) -> bool:
+        return self.verdict == FAIL
+
+    def line(self) -> str:
+        p = "" if self.pvalue is None else f"p = {_fmt_p(self.pvalue)}"
+        stat = "" if self.statistic is None else f"stat {self.statistic:.4g} (dof {self.dof}, n {self.n})"
+        return f"{self.verdict:7s}  {self.case:14s}  {self.name:40s}  {p:13s}  {stat}".rstrip()
+
+
+def _fmt_p(p: float) -> str:
+    if p == 0:
+        return "0"
+    return f"{p:.2g}" if p >= 1e-300 else "<1e-300"
+
+
+def judge_family(checks: list[Check], alpha: float, family_size: int) -> list[Check]:
+    """Set the verdict of every law check that has a p-value by Holm at family-wise level ``alpha``.
+
+    ``family_size`` is the number of law tests planned; tests that were not run (the
+    function failed a property first, or the check stopped early) count as p = 1, so
+    stopping early can only make the procedure more conservative.
+    """
+    idx = [i for i, c in enumerate(checks) if c.kind == "law" and c.pvalue is not None]
+    out = list(checks)
+    if not idx:
+        return out
+    if len(idx) > family_size:
+        raise ValueError(f"family_size {family_size} is smaller than the {len(idx)} tests run")
+    pvals = [checks[i].pvalue for i in idx] + [1.0] * (family_size - len(idx))
+    rejected = holm(pvals, alpha)
+    for i, rej in zip(idx, rejected):
+        out[i] = replace(checks[i], verdict=FAIL if rej else PASS)
+    return out
+
+
+@dataclass(frozen=True)
+class Report:
+    """The checker's answer.  ``passed`` is True when no check failed.
+
+    subject:  "token rule" or "verifier";  function: the checked function's name
+    alpha:    family-wise false-alarm rate of the law checks (Holm)
+    calls:    how many times the function was called;  seconds: wall time of the whole check
+    timings:  case -> seconds spent in that case
+    family_size: number of statistical tests planned (the Holm family; some may not have run)
+    """
+
+    subject: str
+    function: str
+    seed: int
+    alpha: float
+    checks: tuple[Check, ...]
+    calls: int
+    seconds: float
+    timings: dict = field(default_factory=dict, hash=False)
+    family_size: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return not any(c.failed for c in self.checks)
+
+    @property
+    def failures(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.failed)
+
+    @property
+    def law_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.kind == "law")
+
+    def summary(self) -> str:
+        verdict = "PASSED" if self.passed else f"FAILED ({len(self.failures)} of {len(self.checks)} checks)"
+        return (f"check of {self.subject} {self.function} (seed {self.seed}): {verdict}\n"
+                f"{self.family_size} statistical tests, Holm family-wise false-alarm rate <= {self.alpha:g}; "
+                f"{self.calls} calls in {self.seconds:.1f} s")
+
+    def __str__(self) -> str:
+        lines = [self.summary(), ""]
+        lines += ["  " + c.line() for c in self.checks]
+        fails = self.failures
+        if fails:
+            lines += ["", "What went wrong:"]
+            for c in fails:
+                lines.append(f"  * [{c.case}] {c.name}: {c.reason}")
+                if c.hint:
+                    lines.append(f"    Hint: {c.hint}")
+        warns = [c for c in self.checks if c.verdict == WARN]
+        if warns:
+            lines += ["", "Advice (does not fail the check):"]
+            lines += [f"  * {c.name}: {c.reason}" for c in warns]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        colour = {PASS: "#1a7f37", FAIL: "#cf222e", WARN: "#9a6700", NOT_RUN: "#6e7781"}
+        head = html.escape(self.summary()).replace("\n", "<br>")
+        rows = []
+        for c in self.checks:
+            p = "" if c.pvalue is None else _fmt_p(c.pvalue)
+            detail = html.escape(c.reason) + (f"<br><b>Hint:</b> {html.escape(c.hint)}" if c.failed and c.hint else "")
+            rows.append(
+                f"<tr><td style='color:{colour.get(c.verdict, '#000')};font-weight:bold'>{html.escape(c.verdict)}</td>"
+                f"<td>{html.escape(c.case)}</td><td>{html.escape(c.name)}</td><td>{p}</td>"
+                f"<td style='text-align:left'>{detail}</td></tr>")
+        border = colour[PASS] if self.passed else colour[FAIL]
+        return (f"<div style='border-left:4px solid {border};padding-left:8px'><p>{head}</p>"
+                "<table><thead><tr><th>verdict</th><th>case</th><th>check</th><th>p-value</th><th>detail</th></tr></thead>"
+                f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def assert_passed(report: Report) -> Report:
+    """Raise AssertionError carrying the report's text (and the report as ``.report``) unless it passed."""
+    if not report.passed:
+        err = AssertionError(str(report))
+        err.report = report
+        raise err
+    return report
+
