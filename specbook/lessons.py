@@ -376,3 +376,24 @@ def overlap(target: MarkovLM, draft: MarkovLM, params: SamplingParams = Sampling
     p = logits_to_probs(target.log_transitions, params)  # (S, V)
     q = logits_to_probs(draft.log_transitions, params)  # (S, V)
     return torch.minimum(p, q).sum(-1)  # (S,)
+
+
+def acceptance_by_previous_token(trace: Trace) -> tuple[list[int], list[int]]:
+    """Per context (the token just before each draft): how many drafts were verified and accepted.
+
+    For an order-1 Markov pair the previous token is the whole context, so ``accepted[s] / verified[s]``
+    estimates sum_z min(p(z|s), q(z|s)) (see :func:`overlap`).  Drafts after a rejection are not counted.
+    """
+    if not trace.steps:
+        raise ValueError("trace has no steps")
+    V = int(trace.steps[0].target_probs.shape[-1])
+    verified, accepted = [0] * V, [0] * V
+    history = list(trace.prompt)
+    for step in trace.steps:
+        previous = history[-1]
+        for i, x in enumerate(step.draft_tokens[: step.num_accepted + 1]):
+            verified[previous] += 1
+            accepted[previous] += int(i < step.num_accepted)
+            previous = x
+        history.extend(step.emitted)
+    return verified, accepted

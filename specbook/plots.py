@@ -21,14 +21,21 @@ from . import theory
 from .lessons import KIND_COLOURS, Trace
 
 __all__ = [
-    "new_figure", "figure_to_png", "plot_trace", "plot_laws", "plot_bias", "plot_emission", "plot_yield",
+    "LessonFigure", "new_figure", "figure_to_png", "plot_trace", "plot_laws", "plot_bias", "plot_emission", "plot_yield",
     "plot_speedup", "plot_break_even", "plot_roofline", "plot_explorer", "plot_curves",
 ]
 
 
+class LessonFigure(Figure):
+    """A Figure that shows itself as PNG in Jupyter even when pyplot was never imported."""
+
+    def _repr_png_(self) -> bytes:
+        return figure_to_png(self)
+
+
 def new_figure(width: float = 6.4, height: float = 4.0) -> Figure:
-    """A figure on the Agg canvas, not registered with pyplot."""
-    fig = Figure(figsize=(width, height), layout="constrained")
+    """A figure on the Agg canvas, not registered with pyplot (displays inline as PNG)."""
+    fig = LessonFigure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
