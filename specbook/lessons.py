@@ -302,7 +302,7 @@ class MismatchedDraftProbs:
     with the sampling parameters, but hands the verifier the *unprocessed* q (temperature 1,
     no top-k/top-p).  Any output looks plausible; only a distribution test notices.
 
-    Re-feeds the whole context to its model on every call (toy models only).
+    Toy models only: it reads the draft model's exact conditionals (``next_logits``) row by row.
     """
 
     def __init__(self, model: MarkovLM):
@@ -310,21 +310,17 @@ class MismatchedDraftProbs:
         self.passes = 0
 
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
-                generator: torch.Generator | None = None):
-        B = len(contexts)
-        if len({len(c) for c in contexts}) != 1:
-            raise ValueError("MismatchedDraftProbs needs equal-length contexts")
-        self.model.reset(B)
-        feed = torch.stack([c.long() for c in contexts])  # (B, T)
+                generator: torch.Generator | None = None) -> Draft:
+        rows = [c.tolist() for c in contexts]
         tokens, raw = [], []
         for _ in range(gamma):
-            logits = self.model.forward(feed)[:, -1]  # (B, V)
+            logits = torch.stack([self.model.next_logits(r) for r in rows])  # (B, V)
             self.passes += 1
-            q_used = logits_to_probs(logits, params)  # what the draft is drawn from
-            nxt = sample(q_used, generator)  # (B,)
+            nxt = sample(logits_to_probs(logits, params), generator)  # (B,) drawn from the processed q
             raw.append(logits_to_probs(logits))  # the bug: the verifier is given q before processing
             tokens.append(nxt)
-            feed = nxt[:, None]
+            for r, t in zip(rows, nxt.tolist()):
+                r.append(t)
         return Draft(torch.stack(tokens, 1), torch.stack(raw, 1))  # (B, K), (B, K, V)
 
 
