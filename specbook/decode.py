@@ -2,11 +2,16 @@
 
 Shape legend: B batch, T prompt length, K draft length, V vocab.
 
-    prompt ─► drafter.propose(contexts) ─► Draft(tokens, probs or None)
+    prompt ─► drafter.propose(contexts) ─► Draft(tokens, probs or None, parents or None)
            ─► target.forward([pending token] + drafts)      one pass, K+1 positions
            ─► verify (sampling: modified rejection sampling; temperature 0: greedy)
            ─► target.rollback(to the accepted prefix)       per row
            ─► emit accepted drafts + one corrected/bonus token
+
+A tree draft (``Draft.parents`` given) takes the same path: the pending token is the
+root of the tree, one forward scores every node under the tree mask,
+:func:`specbook.verify_tree.verify_tree` (or its greedy form) picks one root-to-node
+path, and ``target.keep`` packs that path's cache entries into place.
 
 The target's cache always holds every emitted token except the last one (the
 "pending" token), which is fed at the start of the next pass.  That keeps
@@ -22,6 +27,7 @@ from tqdm.auto import tqdm
 from .protocols import Draft, Drafter, Target
 from .sampling import SamplingParams, logits_to_probs, sample
 from .verify import verify_chain, verify_greedy
+from .verify_tree import keep_indices, verify_tree, verify_tree_greedy
 
 
 @dataclass
@@ -66,8 +72,12 @@ class DecodeStats:
         """P(accept draft i | draft i was verified), for each depth i."""
         return [a / p if p else float("nan") for a, p in zip(self.position_accepted, self.position_proposed)]
 
-    def record(self, num_drafts: int, num_emitted: torch.Tensor) -> None:
+    def record(self, num_drafts: int, num_emitted: torch.Tensor, depth: int | None = None) -> None:
+        """Count one verification pass.  ``depth``: for a tree of ``num_drafts`` nodes, its longest
+        path; a tree is then counted per level (a level is verified when every level above it was
+        accepted, and accepted when one of its nodes was), so ``verified`` counts levels."""
         self.target_passes += 1
+        levels = num_drafts if depth is None else depth
         for n in num_emitted.tolist():
             accepted = n - 1
             self.proposed += num_drafts
@@ -75,9 +85,9 @@ class DecodeStats:
             self.emitted += n
             self.accepted_per_step.append(accepted)
             # depth i was verified iff all earlier drafts were accepted
-            verified = min(accepted + 1, num_drafts)
+            verified = min(accepted + 1, levels)
             self.verified += verified
-            while len(self.position_proposed) < num_drafts:
+            while len(self.position_proposed) < levels:
                 self.position_proposed.append(0)
                 self.position_accepted.append(0)
             for i in range(verified):
@@ -181,14 +191,29 @@ def speculative_generate(
         draft: Draft = drafter.propose(contexts, gamma, params, generator)
         K = draft.num_tokens
         lengths_before = target.cache_lengths  # (B,)
-        logits = target.forward(torch.cat([pending, draft.tokens.to(pending.device)], dim=1))  # (B, K+1, V)
-        if params.greedy:
-            tokens, num_emitted = verify_greedy(logits, draft.tokens)
+        fed = torch.cat([pending, draft.tokens.to(pending.device)], dim=1)  # (B, K+1)
+        if draft.parents is None:
+            logits = target.forward(fed)  # (B, K+1, V)
+            if params.greedy:
+                tokens, num_emitted = verify_greedy(logits, draft.tokens)
+            else:
+                tokens, num_emitted = verify_chain(logits_to_probs(logits, params), draft.probs, draft.tokens, generator)
+            # keep the pending token and the accepted drafts; the last emitted token becomes pending
+            target.rollback(lengths_before + num_emitted)
+            stats.record(K, num_emitted)
         else:
-            tokens, num_emitted = verify_chain(logits_to_probs(logits, params), draft.probs, draft.tokens, generator)
-        # keep the pending token and the accepted drafts; the last emitted token becomes pending
-        target.rollback(lengths_before + num_emitted)
-        stats.record(K, num_emitted)
+            # the pending token is the tree's root: node i becomes index i+1, root children hang off it
+            parents = draft.parents.to(pending.device).long()  # (K,)
+            fed_parents = torch.cat([parents.new_full((1,), -1), torch.where(parents < 0, 0, parents + 1)])  # (K+1,)
+            logits = target.forward(fed, parents=fed_parents)  # (B, K+1, V)
+            if params.greedy:
+                tokens, num_emitted, path = verify_tree_greedy(logits, draft.tokens, parents)
+            else:
+                tokens, num_emitted, path = verify_tree(logits_to_probs(logits, params), draft.probs, draft.tokens,
+                                                        parents, generator)
+            # keep the pending token and the accepted path, packed into place
+            target.keep(keep_indices(path, num_emitted))
+            stats.record(K, num_emitted, depth=path.shape[1])
         stats.draft_passes = int(getattr(drafter, "passes", 0)) - draft_passes_before
         done = min(len(e) for e in emitted)
         for row, new, n in zip(emitted, tokens.tolist(), num_emitted.tolist()):

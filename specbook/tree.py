@@ -1,6 +1,7 @@
 """Token trees: the bookkeeping that lets one forward pass verify many candidate continuations.
 
-Shape legend: N tree nodes, P root-to-leaf paths, D max depth.
+Shape legend: N tree nodes, P root-to-leaf paths, D longest path (max depth + 1), T cached
+context length, B batch.
 
 A tree is given by ``parents`` (N,): ``parents[i]`` is the index of node i's parent,
 or -1 when node i hangs directly off the already-cached context.  Nodes are in
@@ -8,9 +9,24 @@ topological order (every parent before its children), so a chain of K drafts is
 ``parents = [-1, 0, 1, ..., K-2]``.  With the tree flattened into one sequence,
 node i must attend to the cached context and to its ancestors only, and sit at
 position ``cache_length + depth(i)`` (Miao et al., SpecInfer, 2024; Cai et al.,
-Medusa, 2024, "tree attention").
+Medusa, 2024, sec. 2.1.2 "tree attention").
+
+Everything a tree-verifying step needs, from one ``parents`` vector:
+
+* :func:`depths` and :func:`position_ids`  where each node sits;
+* :func:`tree_mask` / :func:`attention_mask`  what each node may attend to;
+* :func:`children`, :func:`path_to`, :func:`leaf_paths`, :func:`path_table`  how to read an
+  accepted branch back (``path_table`` is Medusa's "retrieve indices" without the root);
+* :func:`topological_order`  renumber arbitrary parent links into the order above
+  (breadth first; siblings keep their relative order, which is the order a verifier tries them);
+* :func:`from_paths`  a Medusa-style list of choice paths -> parents, plus, per node, the
+  depth (which draft head proposes it) and the rank (which of that head's top-k it takes);
+* :func:`draw_tree`  a picture of the tree next to its attention mask, for the lessons.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
 
 import torch
 
@@ -18,6 +34,8 @@ import torch
 def check_parents(parents: torch.Tensor) -> None:
     if not isinstance(parents, torch.Tensor) or parents.ndim != 1:
         raise ValueError(f"parents must be a 1-D tensor, got {getattr(parents, 'shape', parents)!r}")
+    if parents.is_floating_point() or parents.dtype == torch.bool:
+        raise ValueError(f"parents must be an integer tensor, got dtype {parents.dtype}")
     for i, par in enumerate(parents.tolist()):
         if not -1 <= par < i:
             raise ValueError(f"parents[{i}] = {par}: each parent must be -1 or an earlier node (topological order)")
@@ -38,6 +56,11 @@ def ancestors(parents: torch.Tensor, node: int) -> list[int]:
     return out[::-1]
 
 
+def path_to(parents: torch.Tensor, node: int) -> list[int]:
+    """The root-to-node path ending at ``node``: its ancestors, root first, then the node."""
+    return ancestors(parents, node) + [node]
+
+
 def depths(parents: torch.Tensor) -> torch.Tensor:
     """Depth of each node (0 for children of the context): (N,)."""
     check_parents(parents)
@@ -45,6 +68,23 @@ def depths(parents: torch.Tensor) -> torch.Tensor:
     for i, par in enumerate(parents.tolist()):
         d[i] = 0 if par < 0 else d[par] + 1
     return d.to(parents.device)
+
+
+def max_path_length(parents: torch.Tensor) -> int:
+    """D = the number of nodes on the longest root-to-leaf path (0 for an empty tree)."""
+    return int(depths(parents).max()) + 1 if len(parents) else 0
+
+
+def position_ids(parents: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
+    """Position of each node: ``offset + depth``.
+
+    offset: an int (the cached length) -> (N,); or (B,) per-row cached lengths -> (B, N).
+    Siblings share a position: they are alternatives for the same token slot.
+    """
+    d = depths(parents)  # (N,)
+    if isinstance(offset, torch.Tensor) and offset.ndim == 1:
+        return offset.to(d.device).long()[:, None] + d  # (B, N)
+    return d + int(offset)  # (N,)
 
 
 def tree_mask(parents: torch.Tensor) -> torch.Tensor:
@@ -56,6 +96,19 @@ def tree_mask(parents: torch.Tensor) -> torch.Tensor:
         if par >= 0:
             mask[i] |= mask[par]
     return mask.to(parents.device)
+
+
+def attention_mask(parents: torch.Tensor, context_length: int = 0) -> torch.Tensor:
+    """(N, T + N) bool: what each node attends to when T tokens are already cached.
+
+    Every node sees the whole cached context (the first T columns) and, among the N new
+    columns, itself and its ancestors only: the causal mask of each root-to-node path.
+    """
+    if not isinstance(context_length, int) or context_length < 0:
+        raise ValueError(f"context_length must be an int >= 0, got {context_length!r}")
+    new = tree_mask(parents)  # (N, N)
+    ctx = torch.ones(len(parents), context_length, dtype=torch.bool, device=new.device)  # (N, T)
+    return torch.cat([ctx, new], dim=1)  # (N, T + N)
 
 
 def children(parents: torch.Tensor) -> list[list[int]]:
@@ -71,3 +124,174 @@ def leaf_paths(parents: torch.Tensor) -> list[list[int]]:
     """Every root-to-leaf path as a list of node indices."""
     kids = children(parents)
     return [ancestors(parents, i) + [i] for i in range(len(parents)) if not kids[i]]
+
+
+def path_table(parents: torch.Tensor) -> torch.Tensor:
+    """(P, D) long: the root-to-leaf paths, one per row, padded with -1 (leaves in node order)."""
+    paths = leaf_paths(parents)
+    D = max((len(p) for p in paths), default=0)
+    table = torch.full((len(paths), D), -1, dtype=torch.long)
+    for r, p in enumerate(paths):
+        table[r, : len(p)] = torch.tensor(p, dtype=torch.long)
+    return table.to(parents.device)
+
+
+def topological_order(parents: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Renumber a tree given by arbitrary parent links (any node order, -1 = root child).
+
+    Returns ``(order, new_parents)``: ``order[k]`` is the old index of new node k, and
+    ``new_parents`` (N,) are the parent links in the new numbering.  Nodes are sorted by
+    depth, ties by old index, so siblings keep their relative order (the order in which
+    a verifier tries them).  Raises ValueError on a cycle or an out-of-range parent.
+    """
+    plist = [int(x) for x in (parents.tolist() if isinstance(parents, torch.Tensor) else parents)]
+    N = len(plist)
+    depth: list[int | None] = [None] * N
+    for i in range(N):
+        chain, j = [], i
+        while j >= 0 and depth[j] is None:
+            if not -1 <= plist[j] < N or plist[j] == j or j in chain:
+                raise ValueError(f"parents[{j}] = {plist[j]}: not a tree (cycle or parent outside [-1, {N}))")
+            chain.append(j)
+            j = plist[j]
+        base = -1 if j < 0 else depth[j]
+        for k in reversed(chain):
+            base += 1
+            depth[k] = base
+    order = sorted(range(N), key=lambda i: (depth[i], i))
+    new_index = {old: new for new, old in enumerate(order)}
+    new_parents = [-1 if plist[old] < 0 else new_index[plist[old]] for old in order]
+    return torch.tensor(order, dtype=torch.long), torch.tensor(new_parents, dtype=torch.long)
+
+
+@dataclass(frozen=True)
+class ChoiceTree:
+    """A tree built from choice paths (Medusa's ``medusa_choices``; EAGLE's static trees).
+
+    choices: the paths in node order, sorted by (length, path) as Medusa does.  Path
+             ``(r_0, ..., r_d)`` is the node reached by taking the r_0-th candidate at depth 0,
+             then the r_1-th candidate below it, ... .
+    parents: (N,) long parent links (-1 = child of the context).
+    depth:   (N,) long.  For Medusa this says which head proposes the node: the head that
+             predicts the token ``depth + 1`` positions after the last cached one.
+    rank:    (N,) long, the last entry of each path: which of that head's top-k candidates
+             (0 = most likely) the node takes.  For EAGLE-style drafters, which of the draft
+             model's top-k continuations of the parent node.
+    """
+
+    choices: tuple[tuple[int, ...], ...]
+    parents: torch.Tensor
+    depth: torch.Tensor
+    rank: torch.Tensor
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.choices)
+
+    @property
+    def max_rank(self) -> int:
+        """The largest rank used, + 1: how many top-k candidates a drafter must compute."""
+        return int(self.rank.max()) + 1 if len(self.choices) else 0
+
+
+def from_paths(choices: Sequence[Sequence[int]]) -> ChoiceTree:
+    """Build a :class:`ChoiceTree` from Medusa-style choice paths, e.g. ``[[0], [1], [0, 0], [0, 1]]``.
+
+    Every proper prefix of a path must itself be listed (a node needs its parent), no path may
+    repeat, and ranks must be ints >= 0.  Nodes are ordered by (length, path), as in Medusa's
+    ``generate_medusa_buffers``, so parents come before children and siblings by rank.
+    """
+    paths = []
+    for c in choices:
+        path = tuple(c)
+        if len(path) == 0 or not all(isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in path):
+            raise ValueError(f"choices: each path must be a non-empty sequence of ints >= 0, got {c!r}")
+        paths.append(path)
+    if len(set(paths)) != len(paths):
+        dup = next(p for p in paths if paths.count(p) > 1)
+        raise ValueError(f"choices: path {list(dup)} is listed twice")
+    ordered = sorted(paths, key=lambda p: (len(p), p))
+    index = {p: i for i, p in enumerate(ordered)}
+    parents = []
+    for p in ordered:
+        if len(p) > 1 and p[:-1] not in index:
+            raise ValueError(f"choices: path {list(p)} needs its prefix {list(p[:-1])}, which is not listed")
+        parents.append(-1 if len(p) == 1 else index[p[:-1]])
+    return ChoiceTree(
+        choices=tuple(ordered),
+        parents=torch.tensor(parents, dtype=torch.long),
+        depth=torch.tensor([len(p) - 1 for p in ordered], dtype=torch.long),
+        rank=torch.tensor([p[-1] for p in ordered], dtype=torch.long),
+    )
+
+
+def draw_tree(parents: torch.Tensor, tokens: Sequence | None = None, context_length: int = 2,
+              accepted: Sequence[int] | None = None, ax=None):
+    """Draw the tree (left) and its attention mask over ``context_length`` cached tokens (right).
+
+    tokens:   optional labels per node (ints or strings); otherwise nodes are labelled by index.
+    accepted: optional root-to-node path (node indices) to highlight, e.g. a verifier's ``path``.
+    ax:       optional pair of axes to draw into; otherwise a new figure.  Returns the figure.
+    """
+    from .plots import new_figure
+
+    check_parents(parents)
+    N = len(parents)
+    labels = [str(t) for t in tokens] if tokens is not None else [str(i) for i in range(N)]
+    if len(labels) != N:
+        raise ValueError(f"tokens has {len(labels)} labels for {N} nodes")
+    on_path = set(int(i) for i in (accepted or []))
+    if accepted is not None and accepted and list(accepted) != path_to(parents, int(accepted[-1])):
+        raise ValueError(f"accepted={list(accepted)} is not a root-to-node path of this tree")
+    if ax is None:
+        fig = new_figure(9.0, max(2.5, 0.45 * N + 1.0))
+        ax_tree, ax_mask = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.2]})
+    else:
+        ax_tree, ax_mask = ax
+        fig = ax_tree.figure
+
+    # tree: x = depth, y = order of first leaf below (leaves spread out evenly)
+    d = depths(parents).tolist()
+    kids = children(parents)
+    y: dict[int, float] = {}
+    next_leaf = [0.0]
+
+    def place(node: int) -> float:
+        below = kids[node]
+        y[node] = next_leaf[0] if not below else sum(place(c) for c in below) / len(below)
+        if not below:
+            next_leaf[0] += 1
+        return y[node]
+
+    roots = kids[N]
+    root_y = sum(place(r) for r in roots) / len(roots) if roots else 0.0
+    for i in range(N):
+        par = int(parents[i])
+        px, py = (-1, root_y) if par < 0 else (d[par], y[par])
+        lit = i in on_path and (par < 0 or par in on_path)
+        ax_tree.plot([px, d[i]], [py, y[i]], color="tab:green" if lit else "0.6", lw=2.5 if lit else 1, zorder=1)
+    ax_tree.scatter([-1], [root_y], s=500, color="0.85", edgecolor="k", zorder=2)
+    ax_tree.text(-1, root_y, "ctx", ha="center", va="center", fontsize=8, zorder=3)
+    for i in range(N):
+        ax_tree.scatter([d[i]], [y[i]], s=500, zorder=2, edgecolor="k",
+                        color="tab:green" if i in on_path else "white")
+        ax_tree.text(d[i], y[i], labels[i], ha="center", va="center", fontsize=8, zorder=3)
+        ax_tree.text(d[i] + 0.22, y[i] + 0.22, f"#{i}", fontsize=6, color="0.4")
+    ax_tree.set_xticks(range(-1, max(d, default=-1) + 1),
+                       ["ctx"] + [f"depth {k}" for k in range(max(d, default=-1) + 1)], fontsize=7)
+    ax_tree.set_yticks([])
+    ax_tree.margins(0.15)
+    ax_tree.invert_yaxis()
+    ax_tree.set_title("draft tree (siblings tried top to bottom)", fontsize=9)
+    for side in ("top", "right", "left"):
+        ax_tree.spines[side].set_visible(False)
+
+    mask = attention_mask(parents, context_length).cpu().numpy()  # (N, T + N)
+    ax_mask.imshow(mask, cmap="Greens", vmin=0, vmax=1.4, aspect="auto")
+    cols = [f"c{j}" for j in range(context_length)] + [f"#{i}" for i in range(N)]
+    ax_mask.set_xticks(range(context_length + N), cols, fontsize=7, rotation=90)
+    ax_mask.set_yticks(range(N), [f"#{i} {labels[i]}" for i in range(N)], fontsize=7)
+    if context_length:
+        ax_mask.axvline(context_length - 0.5, color="k", lw=1)
+    ax_mask.set_title("attention mask (row attends to column)", fontsize=9)
+    return fig
