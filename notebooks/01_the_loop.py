@@ -61,6 +61,7 @@ from specbook.toy import make_toy_pair
 from specbook.verify import residual, verify_chain
 
 _started = time.perf_counter()
+torch.set_num_threads(1)  # the toy models are tiny: one thread avoids threading overhead on small tensors
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "."]
 
 # %% [markdown]

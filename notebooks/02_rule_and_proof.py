@@ -67,6 +67,7 @@ from specbook.verify import residual, verify_token
 from specbook.widgets import ProofExplorer
 
 _started = time.perf_counter()
+torch.set_num_threads(1)  # the toy models are tiny: one thread avoids threading overhead on small tensors
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "."]
 
 # %% [markdown]

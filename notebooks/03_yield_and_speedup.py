@@ -1,0 +1,351 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 3 — Yield and speedup: how many tokens per pass, and is it worth it?
+#
+# Lesson 2 showed that speculation never changes *what* is generated. This
+# lesson is about *how fast*. Two numbers decide it:
+#
+# * **α**, the acceptance rate: the chance that a guess survives when it is
+#   checked;
+# * **γ**, the draft length: how many guesses per round;
+#
+# and, once drafting has a price, **c**, the cost of one draft step as a
+# fraction of one target pass. We derive the expected yield per target pass,
+# tabulate it, see why returns diminish, turn it into a speedup with the draft
+# cost included, find where speculation stops paying, and finally measure α on
+# the toy models and compare the formula with what the loop really does.
+
+# %% tags=["parameters"]
+import os
+
+FAST = os.environ.get("SPECBOOK_FAST", "0") == "1"  # the test suite sets SPECBOOK_FAST=1
+ROWS = 300 if FAST else 2000  # independent sequences per measurement
+NEW_TOKENS = 30 if FAST else 60  # tokens generated per sequence
+TRACE_TOKENS = 600 if FAST else 4000  # one long sequence for per-context acceptance
+TEMPERATURES = [0.5, 0.75, 1.0, 1.5, 2.0]
+GAMMA = 4
+LEVEL = 0.01
+SEED = 0
+
+# %%
+import time
+from fractions import Fraction as F
+
+import numpy as np
+import torch
+from IPython.display import HTML, display
+
+import specbook as sb
+from specbook import lessons, plots, stats, theory
+from specbook.decode import speculative_generate
+from specbook.drafters import DraftModelDrafter
+from specbook.sampling import SamplingParams
+from specbook.toy import make_toy_pair
+from specbook.widgets import YieldExplorer
+
+_started = time.perf_counter()
+torch.set_num_threads(1)  # the toy models are tiny: one thread avoids threading overhead on small tensors
+
+
+def table_html(row_labels, col_labels, cells, corner=""):
+    head = f"<tr><th>{corner}</th>" + "".join(f"<th>{c}</th>" for c in col_labels) + "</tr>"
+    body = "".join(f"<tr><th>{r}</th>" + "".join(f"<td>{v}</td>" for v in row) + "</tr>"
+                   for r, row in zip(row_labels, cells))
+    return HTML(f"<table>{head}{body}</table>")
+
+
+# %% [markdown]
+# ## Where E[tokens] comes from
+#
+# Assume every checked guess survives with the same probability α,
+# independently of the others (Leviathan et al. make this simplification; we
+# will test it below). A round then keeps k guesses with probability
+# α^k (1 − α) for k < γ (k survivals, then a rejection), or α^γ if all γ
+# survive. Either way one more token follows: the corrected token or the bonus.
+# So a round yields k + 1 tokens, and
+#
+# E[tokens] = Σ_k (k + 1) P(k) = 1 + α + α² + … + α^γ = (1 − α^(γ+1)) / (1 − α).
+#
+# The "+1" in the exponent is the bonus token. Without it the sum would stop
+# at α^(γ−1) and, at high α, the formula would miss almost a whole token.
+#
+# Below, the same number three ways: as the geometric sum (a toy written
+# here), as the mean of the exact distribution of k (`sb.lessons.accepted_count_law`,
+# in fractions), and as `sb.theory.expected_tokens`.
+
+# %%
+def yield_by_sum(alpha, gamma):
+    return sum(alpha**k for k in range(gamma + 1))
+
+
+for alpha in (F(1, 2), F(7, 10), F(9, 10)):
+    for gamma in (1, 4, 10):
+        law = lessons.accepted_count_law(alpha, gamma)
+        assert sum(law) == 1
+        mean_plus_one = sum((k + 1) * pk for k, pk in enumerate(law))
+        assert mean_plus_one == yield_by_sum(alpha, gamma) == (1 - alpha ** (gamma + 1)) / (1 - alpha)
+        assert abs(theory.expected_tokens(float(alpha), gamma) - float(mean_plus_one)) < 1e-12
+print("geometric sum == mean of the accepted-count law + 1 == closed form == sb.theory.expected_tokens")
+
+# %% [markdown]
+# ## The table
+
+# %%
+ALPHAS = [0.5, 0.6, 0.7, 0.8, 0.9, 0.95]
+GAMMAS = [1, 2, 3, 4, 5, 6, 8, 10]
+yields = theory.yield_table(ALPHAS, GAMMAS)  # (A, G)
+display(table_html([f"α = {a}" for a in ALPHAS], [f"γ = {g}" for g in GAMMAS],
+                   [[f"{v:.2f}" for v in row] for row in yields], corner="E[tokens]"))
+display(table_html([f"α = {a}" for a in ALPHAS], ["limit 1/(1−α)"],
+                   [[f"{theory.expected_tokens_limit(a):.2f}"] for a in ALPHAS]))
+
+# %% [markdown]
+# ## Two lessons hiding in the table
+#
+# **Returns diminish fast.** Every extra guess only counts if all guesses
+# before it survived, so the k-th guess adds α^k. At α = 0.5, drafting 10
+# instead of 3 raises the yield from 1.875 to 1.999: about 7% more tokens for
+# 233% more drafting. However far you draft, the yield cannot pass the limit
+# 1/(1 − α), which is 2 at α = 0.5.
+#
+# **Acceptance beats length.** At γ = 4, lifting α from 0.7 to 0.9 takes the
+# yield from 2.77 to 4.10, a 48% gain. Keeping α = 0.7 and drafting 10 instead
+# of 4 gains 18%. When tuning, improve the draft model before lengthening the
+# draft.
+
+# %%
+g_short, g_long = theory.expected_tokens(0.5, 3), theory.expected_tokens(0.5, 10)
+print(f"α=0.5: γ 3 → 10 gives {g_short:.3f} → {g_long:.3f} "
+      f"(+{100 * theory.relative_gain(g_long, g_short):.1f}% tokens for +{100 * (10 / 3 - 1):.0f}% drafting)")
+better_alpha = theory.relative_gain(theory.expected_tokens(0.9, 4), theory.expected_tokens(0.7, 4))
+longer_draft = theory.relative_gain(theory.expected_tokens(0.7, 10), theory.expected_tokens(0.7, 4))
+print(f"γ=4: α 0.7 → 0.9 gains {100 * better_alpha:.0f}%;  α=0.7: γ 4 → 10 gains {100 * longer_draft:.0f}%")
+plots.plot_yield(alphas=(0.5, 0.6, 0.7, 0.8, 0.9), max_gamma=16)
+
+# %% [markdown]
+# ## From yield to speedup
+#
+# Yield counts tokens per target pass, but a round also runs the draft model γ
+# times. Measure time in units of one ordinary target pass and let one draft
+# step cost c. A round costs γc + 1, so
+#
+# speedup = E[tokens] / (γ c + 1).
+#
+# The worked cases at γ = 4 (a 1B draft for a 70B target has c ≈ 0.05; a 7B
+# draft, c ≈ 0.15):
+
+# %%
+CASES = [(0.8, 0.05, "1B draft, 70B target"), (0.8, 0.15, "7B draft, 70B target"),
+         (0.5, 0.15, "weaker agreement"), (0.4, 0.30, "poor and costly draft")]
+rows = []
+for alpha, c, label in CASES:
+    e = theory.expected_tokens(alpha, GAMMA)
+    s = theory.speedup(alpha, GAMMA, c)
+    rows.append([label, f"{e:.2f}", f"{GAMMA * c + 1:.2f}", f"{s:.2f}×", "faster" if s > 1 else "SLOWER"])
+display(table_html([f"α={a}, c={c}" for a, c, _ in CASES], ["", "E[tokens]", "γc + 1", "speedup", ""], rows))
+
+# %% [markdown]
+# The last case is the one to remember: speculation can make decoding
+# *slower*, and nothing in the output tells you so. The text is still exactly
+# the target's. Only a measurement of α (or of wall time) reveals the loss.
+#
+# For each draft cost there is a best γ: drafting more raises the yield, but
+# with diminishing returns, while the cost grows linearly.
+
+# %%
+plots.plot_speedup(0.8, cs=(0.05, 0.15, 0.3), max_gamma=16)
+
+# %% [markdown]
+# **Break-even.** Speculation pays exactly when E[tokens] > γc + 1. For a fixed
+# γ that draws a line in the (α, c) plane: c* = (E[tokens] − 1)/γ. Below the
+# line you win, above it you lose. The dots are the four worked cases.
+
+# %%
+plots.plot_break_even(gammas=(1, 2, 4, 8), points=[(a, c) for a, c, _ in CASES])
+
+# %%
+C_VALUES = [0.01, 0.05, 0.15, 0.3]
+best = [[theory.optimal_gamma(a, c) for c in C_VALUES] for a in ALPHAS]
+display(table_html([f"α = {a}" for a in ALPHAS], [f"c = {c}" for c in C_VALUES],
+                   [[f"γ={g}: {s:.2f}×" if g else "don't" for g, s in row] for row in best], corner="best γ"))
+print("break-even α at γ=4:", {c: round(theory.break_even_alpha(GAMMA, c), 3) for c in C_VALUES})
+
+# %% [markdown]
+# **The verify pass is not always free.** Lesson 1 argued that checking γ + 1
+# positions costs one pass while the chip is memory-bound. If it costs v passes
+# instead (a big batch, or a CPU where a few rows cost more than one), the
+# round costs γc + v. The explorer has a slider for v; try v = 1.5 with α = 0.6.
+#
+# ## Explore
+#
+# Move the sliders: the table and the plot follow. The table cells are the
+# library's numbers (`sb.theory`); the plot shows yield (blue) and speedup
+# (orange) against γ with the current γ marked.
+
+# %%
+explorer = YieldExplorer(alpha=0.8, gamma=4, c=0.05, v=1.0)
+explorer
+
+# %% [markdown]
+# The explorer can also be driven from code. Here it reproduces the loss case
+# of the table:
+
+# %%
+explorer.alpha.value, explorer.c.value = 0.4, 0.3
+loss_case = explorer.values()
+print({k: round(v, 4) if isinstance(v, float) else v for k, v in loss_case.items()})
+explorer.alpha.value, explorer.c.value = 0.8, 0.05
+
+# %% [markdown]
+# ## Measuring α on the toy models
+#
+# The formula rests on one assumption: every guess survives with the same α,
+# independently. We can build a pair where that is exactly true.
+# `sb.lessons.constant_acceptance_pair` makes a target whose every
+# next-token distribution lives on half the vocabulary, and a draft
+# q = α p + (1 − α) o with o on the other half. Then Σ min(p, q) = α in every
+# context, so every checked guess survives with probability exactly α.
+#
+# Run the real loop on it and check three things: the measured α, the
+# measured tokens per pass against E[tokens], and the whole distribution of
+# accepted guesses per round against the truncated geometric law, with a
+# chi-square test on the counts. As a broken twin, the same counts are tested
+# against the law for α = 0.75: a test that could not reject that would not be
+# worth running.
+
+# %%
+ALPHA_TRUE = 0.7
+const_target, const_draft = lessons.constant_acceptance_pair(vocab_size=8, alpha=ALPHA_TRUE, seed=SEED)
+prompts = torch.randint(0, 8, (ROWS, 1), generator=torch.Generator().manual_seed(SEED))
+
+
+def measure(target, draft, temperature=1.0, seed=SEED):
+    run = speculative_generate(target, DraftModelDrafter(draft), prompts, NEW_TOKENS,
+                               SamplingParams(temperature=temperature), gamma=GAMMA,
+                               generator=torch.Generator().manual_seed(seed))
+    st_ = run.stats
+    alpha_hat = sum(st_.position_accepted) / sum(st_.position_proposed)  # survivals per checked guess
+    return st_, alpha_hat
+
+
+const_stats, const_alpha = measure(const_target, const_draft)
+rounds = len(const_stats.accepted_per_step)
+k_counts = stats.counts_of(const_stats.accepted_per_step, GAMMA + 1)
+fit_true = stats.chisquare_gof(k_counts, lessons.accepted_count_law(ALPHA_TRUE, GAMMA))
+fit_wrong = stats.chisquare_gof(k_counts, lessons.accepted_count_law(0.75, GAMMA))
+power_wrong = stats.chisquare_power(lessons.accepted_count_law(ALPHA_TRUE, GAMMA),
+                                    lessons.accepted_count_law(0.75, GAMMA), rounds, alpha=LEVEL)
+print(f"{rounds} rounds; measured α = {const_alpha:.4f} (true {ALPHA_TRUE})")
+print(f"tokens per pass: measured {const_stats.tau:.4f}, formula {theory.expected_tokens(ALPHA_TRUE, GAMMA):.4f}")
+print(f"accepted per round vs truncated geometric(α=0.7): p = {fit_true.pvalue:.3f};"
+      f" vs α=0.75: p = {fit_wrong.pvalue:.2g} (power {power_wrong:.3f})")
+print("acceptance by depth in the draft:", [round(a, 3) for a in const_stats.position_acceptance])
+
+# %% [markdown]
+# Now the blend pair of lessons 1 and 2 (70% target, 30% unrelated). There α
+# is *not* the same everywhere: each context has its own overlap
+# Σ_z min(p(z|s), q(z|s)), computable exactly (`sb.lessons.overlap`). The
+# formula, fed the measured average α, is then an approximation. How good?
+
+# %%
+blend_target, blend_draft = make_toy_pair(vocab_size=8, order=1, match=0.7, seed=SEED)
+blend_stats, blend_alpha = measure(blend_target, blend_draft)
+print(f"measured α = {blend_alpha:.4f}; tokens per pass: measured {blend_stats.tau:.4f}, "
+      f"formula at measured α {theory.expected_tokens(blend_alpha, GAMMA):.4f}")
+print("acceptance by depth in the draft:", [round(a, 3) for a in blend_stats.position_acceptance])
+
+# %% [markdown]
+# ## Acceptance depends on where you are in the text
+#
+# Some contexts are easy to guess (after "def " in code, a space and a
+# function name are all but certain) and some are hard (the first word of a
+# new idea). In the toy the context is just the previous word, so we can list
+# the exact acceptance probability for each one and compare with a long traced
+# generation. Error bars are two standard errors.
+
+# %%
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "."]
+long_trace = lessons.trace_speculative(blend_target, DraftModelDrafter(blend_draft), [0], TRACE_TOKENS,
+                                       SamplingParams(), gamma=GAMMA, generator=torch.Generator().manual_seed(SEED))
+verified, accepted = lessons.acceptance_by_previous_token(long_trace)
+exact_by_context = lessons.overlap(blend_target, blend_draft).numpy()
+measured_by_context = np.array(accepted) / np.maximum(verified, 1)
+stderr = np.sqrt(exact_by_context * (1 - exact_by_context) / np.maximum(verified, 1))
+fig = plots.new_figure(6.4, 3.2)
+ax = fig.add_subplot()
+x = np.arange(8)
+ax.bar(x, exact_by_context, 0.6, color="#cfe2f3", label="exact Σ min(p, q)")
+ax.errorbar(x, measured_by_context, yerr=2 * stderr, fmt="o", color="#c0392b", label="measured")
+ax.set_xticks(x, [f"after '{w}'" for w in WORDS], rotation=30, fontsize=8)
+ax.set_ylim(0.5, 1.0)
+ax.set_ylabel("acceptance")
+ax.legend(fontsize=8)
+fig
+
+# %% [markdown]
+# In these toys, the depth of a guess inside the draft hardly matters (the
+# "by depth" lists above are flat): a first-order chain forgets everything but
+# the previous word. In a real model a deeper guess conditions on more of the
+# draft's own text, so acceptance by depth need not be flat; it is worth
+# measuring, as later lessons do.
+#
+# ## Acceptance and temperature
+#
+# Temperature reshapes both p and q. In the constant-acceptance pair, the draft
+# spends 30% of its mass on words the target never says. Heating flattens q
+# and moves *more* of its mass there; cooling concentrates q on its top
+# choices, which are mostly the target's. So α falls as temperature rises. The
+# shaded band is the exact range of Σ min(p, q) over contexts; the measured α
+# must fall inside it. In the blend pair the draft's stray mass is spread over
+# words the target also uses, and the effect is much weaker: how temperature
+# moves α depends on how the draft is wrong, which is why it must be measured.
+
+# %%
+sweep = {"constant pair": [], "blend pair": []}
+bands = []
+for t in TEMPERATURES:
+    sweep["constant pair"].append(measure(const_target, const_draft, temperature=t, seed=SEED + 1)[1])
+    sweep["blend pair"].append(measure(blend_target, blend_draft, temperature=t, seed=SEED + 1)[1])
+    ov = lessons.overlap(const_target, const_draft, SamplingParams(temperature=t))
+    bands.append((float(ov.min()), float(ov.max())))
+fig = plots.plot_curves(TEMPERATURES, sweep, "temperature", "measured α",
+                        title="Acceptance against temperature")
+fig.axes[0].fill_between(TEMPERATURES, [b[0] for b in bands], [b[1] for b in bands], color="C0", alpha=0.15)
+print({k: [round(v, 3) for v in vals] for k, vals in sweep.items()})
+fig
+
+# %% [markdown]
+# ## Checks
+
+# %%
+# 1. The lesson's reference numbers.
+assert round(theory.expected_tokens(0.5, 3), 3) == 1.875 and round(theory.expected_tokens(0.5, 10), 2) == 2.00
+assert round(theory.expected_tokens(0.7, 4), 2) == 2.77 and round(theory.expected_tokens(0.9, 4), 2) == 4.10
+assert round(100 * better_alpha) == 48 and round(100 * longer_draft) == 18
+assert theory.expected_tokens_limit(0.5) == 2.0 and all(v < 2.0 for v in yields[0])
+assert [round(theory.speedup(a, GAMMA, c), 2) for a, c, _ in CASES] == [2.80, 2.10, 1.21, 0.75]
+# 2. The explorer shows the library's numbers, and it reproduced the loss case.
+assert loss_case["expected_tokens"] == theory.expected_tokens(0.4, GAMMA) and loss_case["speedup"] < 1
+assert f'data-key="speedup">{theory.speedup(0.8, GAMMA, 0.05):.4f}<' in explorer.table.value
+# 3. With constant acceptance, the loop behaves as the formula's model says (and the broken twin is caught).
+assert abs(const_alpha - ALPHA_TRUE) < 0.02
+assert abs(const_stats.tau - theory.expected_tokens(ALPHA_TRUE, GAMMA)) < 0.08
+assert fit_true.pvalue > LEVEL and fit_wrong.pvalue < 1e-4 and power_wrong > 0.99
+# 4. Per-context acceptance matches the exact overlap (within 4 standard errors in every context).
+assert np.all(np.abs(measured_by_context - exact_by_context) < 4 * stderr + 1e-9)
+# 5. Temperature: α falls as temperature rises in the constant pair, and stays within the exact band.
+assert all(a > b for a, b in zip(sweep["constant pair"], sweep["constant pair"][1:]))
+assert all(lo - 0.02 < a < hi + 0.02 for a, (lo, hi) in zip(sweep["constant pair"], bands))
+print(f"all lesson-3 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")
