@@ -20,6 +20,7 @@ checker makes no further calls to that function.
 from __future__ import annotations
 
 import numbers
+import os
 import queue
 import signal
 import threading
@@ -54,7 +55,8 @@ def describe_exception(exc: BaseException) -> str:
     """One readable paragraph: the exception and the last lines of its traceback."""
     if isinstance(exc, NotImplementedError):
         return "raised NotImplementedError: the function is still a stub (fill in the solution)"
-    frames = traceback.extract_tb(exc.__traceback__)[-2:]
+    here = os.path.dirname(os.path.abspath(__file__))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(here)][-2:]
     where = "; ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames)
     return f"raised {type(exc).__name__}: {exc}" + (f"  (at {where})" if where else "")
 
@@ -78,7 +80,7 @@ class LimitedCaller:
         self._worker: threading.Thread | None = None
         self._jobs: queue.Queue = queue.Queue()
         self._results: queue.Queue = queue.Queue()
-        self.hung = False
+        self.hung = False  # a call ran past the limit: no further calls are made
 
     # -- signal mode ---------------------------------------------------------------------------
     def __enter__(self) -> "LimitedCaller":
@@ -95,7 +97,7 @@ class LimitedCaller:
 
     def __call__(self, *args) -> Any:
         if self.hung:
-            raise CallFailed("timeout", "an earlier call is still running past the time limit; no further calls made")
+            raise CallFailed("timeout", "an earlier call ran past the time limit; no further calls are made")
         if not self.use_signal:
             return self._call_threaded(args)
         try:
@@ -105,6 +107,7 @@ class LimitedCaller:
             finally:
                 signal.setitimer(signal.ITIMER_REAL, 0)
         except _Deadline:
+            self.hung = True
             raise CallFailed("timeout", f"did not return within the per-call limit of {self.limit:g} s") from None
         except KeyboardInterrupt:
             raise

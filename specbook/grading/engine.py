@@ -65,7 +65,8 @@ def case_seed(seed: int, index: int, stream: int) -> int:
     return (seed * 1_000_003 + index * 101 + stream) % (2**63)
 
 
-def call_failure(case_name: str, err: CallFailed, where: str) -> Check:
+def call_failure(case_name: str, err: CallFailed, where: str, calls: int, planned: int) -> Check:
+    """A failed call (the ``calls``-th of ``planned`` in its case) as a failed property check."""
     hints = {
         "raised": "Run the function by hand on these inputs and read the traceback.",
         "timeout": "Avoid Python loops over the vocabulary or unbounded while-loops; each call must be quick.",
@@ -73,7 +74,7 @@ def call_failure(case_name: str, err: CallFailed, where: str) -> Check:
         "modified input": "Work on copies (x = x.clone()) or out-of-place operations; callers reuse these tensors.",
     }
     return Check("function runs and returns well-formed output", case_name, "property", FAIL,
-                 reason=f"{where}: {err.message}", hint=hints.get(err.kind, ""))
+                 reason=f"{where}: {err.message}", hint=hints.get(err.kind, ""), evidence=(("rare", 1, calls, planned),))
 
 
 def too_slow(case_name: str, calls: int, budget: float, planned: int) -> Check:
@@ -108,16 +109,14 @@ def run_plan(plan: Plan, fn: Callable, *, seed: int, alpha: float, call_timeout:
             fn_gen = torch.Generator().manual_seed(case_seed(seed, i, 1))
             data = plan.collect(case, call, fn_gen, draft_gen, deadline)
             calls += data.calls
-            if data.failure is not None:
-                checks.append(data.failure)
-                if plan.n_laws(case):
-                    checks.append(Check("statistical tests", case.name, "law", NOT_RUN,
-                                        reason="not run: the function failed a property check in this case"))
-            else:
-                checks.extend(plan.analyse(case, data))
+            found = [data.failure] if data.failure is not None else plan.analyse(case, data)
+            checks.extend(found)
+            if plan.n_laws(case) and not any(c.kind == "law" for c in found):
+                checks.append(Check("statistical tests", case.name, "law", NOT_RUN,
+                                    reason="not run: the function failed a property check in this case"))
             timings[case.name] = time.perf_counter() - t0
             if call.hung:
-                stopped = "not run: an earlier call is still running past the time limit"
+                stopped = "not run: an earlier call ran past the per-call time limit"
             elif deadline.expired():
                 stopped = "not run: the time budget is spent"
             elif fail_fast and _already_failed(checks, alpha / max(family, 1)):

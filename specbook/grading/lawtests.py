@@ -50,8 +50,9 @@ def law_check(name: str, case: str, counts, probs, labels: list[str], *, what: s
         worst = np.argsort(-np.abs(z), kind="stable")[:3]
         parts = [f"{labels[i]}: {_pct(freq[i])} observed vs {_pct(probs[i])} expected" for i in worst if probs[i] > 0]
         reason = f"compared {n} outcomes with {what}; largest deviations: " + "; ".join(parts)
+    evidence = (("rare", res.impossible, n, n),) if res.impossible else (("chi2", res.statistic, res.dof, 1),)
     return Check(name, case, "law", statistic=res.statistic, dof=res.dof, pvalue=res.pvalue, n=n,
-                 reason=reason, hint=hint)
+                 reason=reason, hint=hint, evidence=evidence)
 
 
 def _binom_p(k: int, n: int, a: float) -> float:
@@ -76,9 +77,17 @@ def acceptance_check(name: str, case: str, kept: dict, tried: dict, accept_prob:
     pv = {x: _binom_p(int(kept[x]), int(tried[x]), float(accept_prob[x])) for x in xs}
     p = min(1.0, len(xs) * min(pv.values()))
     order = sorted(xs, key=lambda x: pv[x])
+    shown = [x for x in order if pv[x] < 0.01][:3] or order[:1]
     parts = [f"draft {x}{where}: kept {kept[x]}/{tried[x]} = {_pct(kept[x] / tried[x])}, "
-             f"expected min(1, p/q) = {_pct(accept_prob[x])}" for x in order[:3]]
-    stat = float(sum((kept[x] - tried[x] * accept_prob[x]) ** 2 / max(tried[x] * accept_prob[x] * (1 - accept_prob[x]), 1e-300)
-                     for x in xs if 0 < accept_prob[x] < 1))
-    return Check(name, case, "law", statistic=stat, dof=len(xs), pvalue=p, n=n,
-                 reason="; ".join(parts), hint=hint)
+             f"expected min(1, p/q) = {_pct(accept_prob[x])}" for x in shown]
+    evidence, stat, dof = [], 0.0, 0
+    for x in xs:
+        k, m, a = int(kept[x]), int(tried[x]), float(accept_prob[x])
+        if 0 < a < 1:
+            z2 = (k - m * a) ** 2 / (m * a * (1 - a))
+            evidence.append(("chi2", z2, 1, len(xs)))
+            stat, dof = stat + z2, dof + 1
+        else:  # a = 0 or 1: a single contrary outcome refutes the rule
+            evidence.append(("rare", k if a == 0 else m - k, m, m))
+    return Check(name, case, "law", statistic=stat, dof=dof, pvalue=p, n=n,
+                 reason="; ".join(parts), hint=hint, evidence=tuple(evidence))

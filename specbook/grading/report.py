@@ -29,6 +29,10 @@ class Check:
     statistic, dof, pvalue, n: the test's numbers (law checks); None for properties
     reason:  what was compared, and on failure what was observed
     hint:    what to fix, shown when the check fails
+    evidence: the raw material of a power calculation (used by ``specbook.grading.detection``):
+             ("chi2", statistic, dof, split) for a chi-square component tested at level alpha / split,
+             or ("rare", k, n, planned) for k calls out of n that showed an outcome impossible for a
+             correct sampler, in a test that makes ``planned`` calls at the default sample size
     """
 
     name: str
@@ -41,6 +45,7 @@ class Check:
     n: int | None = None
     reason: str = ""
     hint: str = ""
+    evidence: tuple = ()
 
     @property
     def failed(self) -> bool:

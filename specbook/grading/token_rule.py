@@ -31,7 +31,9 @@ from .lawtests import acceptance_check, law_check
 from .report import FAIL, PASS, Check, Report, assert_passed
 
 HINT_ACCEPT = ("Keep the draft x with probability min(1, p(x)/q(x)): draw u ~ U(0, 1) from `generator` and keep x "
-               "iff u * q(x) < p(x). Use the draft's own probability q(x), not p(x) alone, and do not swap p and q.")
+               "iff u * q(x) < p(x). Use the draft's own probability q(x), not p(x) alone, and do not swap p and q. "
+               "If x comes back too often although your test is right, your rejection branch can emit x again: "
+               "the residual max(0, p - q) is 0 at a rejected draft.")
 HINT_RESIDUAL = ("After a rejection, sample from the residual max(0, p - q) normalised (torch.clamp(p - q, min=0)); "
                  "not from p, not from q - p, and with a fresh random draw.")
 HINT_LOSSLESS = "The emitted token over drafts x ~ q must be distributed exactly as the target p."
@@ -58,7 +60,7 @@ def _collect(case: TokenCase, call, fn_gen, draft_gen, deadline) -> Collected:
             if not (torch.equal(tp, p) and torch.equal(dp, q)):
                 raise CallFailed("modified input", "modified target_probs or draft_probs in place")
         except CallFailed as err:
-            return Collected(drafts[:i], out[:i], i + 1, call_failure(case.name, err, where))
+            return Collected(drafts[:i], out[:i], i + 1, call_failure(case.name, err, where, i + 1, case.n))
         out[i] = y
     return Collected(np.asarray(drafts, dtype=np.int64), out, case.n)
 
@@ -82,7 +84,8 @@ def _analyse(case: TokenCase, data: Collected) -> list[Check]:
                       reason=f"call {i + 1} (draft_token={drafts[i]}): emitted {out[i]}, but target_probs[{out[i]}] = 0 "
                              f"({zero.size} such calls)",
                       hint="A token the target rules out must never be emitted: check the acceptance test when "
-                           "p(x) = 0, and that the residual is clamped at 0.")]
+                           "p(x) = 0, and that the residual is clamped at 0.",
+                      evidence=(("rare", zero.size, out.size, out.size),))]
     checks = [Check("outputs well-formed", case.name, "property", PASS,
                     reason=f"{data.calls} calls: an int token in [0, {V}) every time, never a token with p = 0, "
                            "inputs left unmodified")]

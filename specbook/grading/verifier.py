@@ -20,12 +20,13 @@ and returns the accepted draft prefix followed by one corrected or bonus token
 """
 from __future__ import annotations
 
-from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import torch
 
-from ..laws import accept_prob, block_law, law_vector, residual_list
+from ..laws import accept_prob, block_law, residual_list
 from .calls import CallFailed, as_block
 from .cases import ChainCase, chain_cases
 from .engine import (DEFAULT_ALPHA, DEFAULT_CALL_TIMEOUT, DEFAULT_TIME_BUDGET, Collected, Plan, call_failure,
@@ -65,7 +66,7 @@ def _collect(case: ChainCase, call, fn_gen, draft_gen, deadline) -> Collected:
             if not (torch.equal(tp, p) and torch.equal(dp, q) and torch.equal(dt, drafts[i])):
                 raise CallFailed("modified input", "modified target_probs, draft_probs or draft_tokens in place")
         except CallFailed as err:
-            return Collected(drafts[:i].numpy(), (blocks[:i], lengths[:i]), i + 1, call_failure(case.name, err, where))
+            return Collected(drafts[:i].numpy(), (blocks[:i], lengths[:i]), i + 1, call_failure(case.name, err, where, i + 1, case.n))
         blocks[i, : len(out)] = out
         lengths[i] = len(out)
     return Collected(drafts.numpy(), (blocks, lengths), case.n)
@@ -105,7 +106,7 @@ def _property_failure(case: ChainCase, drafts, blocks, lengths) -> Check | None:
             return Check("outputs well-formed", case.name, "property", FAIL,
                          reason=f"call {i + 1} (draft_tokens={drafts[i].tolist()}, returned "
                                 f"{blocks[i, :lengths[i]].tolist()}): {msg} ({len(np.unique(bad[:, 0]))} such calls)",
-                         hint=hint)
+                         hint=hint, evidence=(("rare", len(np.unique(bad[:, 0])), n, n),))
     return None
 
 
@@ -121,52 +122,85 @@ def _analyse(case: ChainCase, data: Collected) -> list[Check]:
                            "equals the drafts, never a token with p = 0, inputs left unmodified")]
     if not case.statistical:
         return checks
-    p = case.target_probs.to(torch.float64)
-    q = case.draft_probs.to(torch.float64)
-    V = p.shape[1]
+    law = _exact(case)
+    V = law.first.shape[0]
     toks = [f"token {v}" for v in range(V)]
-    law = block_law(p, q, case.draft_tokens)
-    outcomes, probs = law_vector(law)
     given = "given the fixed drafts" if case.draft_tokens is not None else "over drafts x_i ~ q_i"
-    first = np.zeros(V)
-    count = np.zeros(K + 1)
-    for block, w in law.items():
-        first[block[0]] += w
-        count[len(block) - 1] += w
     m = lengths - 1  # (n,) accepted drafts per call
-    checks.append(law_check("first emitted token", case.name, np.bincount(blocks[:, 0], minlength=V), first, toks,
+    checks.append(law_check("first emitted token", case.name, np.bincount(blocks[:, 0], minlength=V), law.first, toks,
                             what=f"its exact law {given}", hint=HINT_FIRST))
-    checks.append(law_check("number of accepted drafts", case.name, np.bincount(m, minlength=K + 1), count,
+    checks.append(law_check("number of accepted drafts", case.name, np.bincount(m, minlength=K + 1), law.count,
                             [f"{j} accepted" for j in range(K + 1)], what=f"the exact law {given}", hint=HINT_COUNT))
-    p_l, q_l = p.tolist(), q.tolist()
     for j in range(K):
         reached = m >= j
         x_j, kept_j = drafts[reached, j], m[reached] > j
-        tried = {x: int(c) for x, c in zip(*np.unique(x_j, return_counts=True))}
-        kept = {x: int(np.count_nonzero(kept_j[x_j == x])) for x in tried}
-        rate = {x: float(accept_prob(p_l[j][x], q_l[j][x])) for x in tried}
+        xs, tried_x = np.unique(x_j, return_counts=True)
+        kept_x = np.bincount(x_j[kept_j], minlength=V)[xs]
+        tried = dict(zip(xs.tolist(), tried_x.tolist()))
+        kept = dict(zip(xs.tolist(), kept_x.tolist()))
+        rate = {x: float(law.accept[j, x]) for x in tried}
         checks.append(acceptance_check(f"acceptance at position {j}", case.name, kept, tried, rate,
                                        where=f" at position {j}", hint=HINT_ACCEPT))
     for j in range(K):
         last = blocks[m == j, j]
-        if sum(max(a - b, 0.0) for a, b in zip(p_l[j], q_l[j])) > 0:
+        if law.residuals[j] is not None:
             checks.append(law_check(f"corrected token at position {j}", case.name, np.bincount(last, minlength=V),
-                                    residual_list(p_l[j], q_l[j]), toks, what=f"the residual max(0, p_{j} - q_{j})/Z",
+                                    law.residuals[j], toks, what=f"the residual max(0, p_{j} - q_{j})/Z",
                                     hint=HINT_CORRECTED))
         else:
             checks.append(Check(f"corrected token at position {j}", case.name, "law", pvalue=1.0, n=int(last.size),
                                 reason=f"p_{j} == q_{j}: no rejection possible (one would fail the count test)"))
-    checks.append(law_check("bonus token", case.name, np.bincount(blocks[m == K, K], minlength=V), p[K].numpy(), toks,
+    checks.append(law_check("bonus token", case.name, np.bincount(blocks[m == K, K], minlength=V), law.bonus, toks,
                             what=f"target_probs[{K}]", hint=HINT_BONUS))
-    index = {o: k for k, o in enumerate(outcomes)}
-    seen = Counter(tuple(row[:n].tolist()) for row, n in zip(blocks, lengths))
-    counts = np.zeros(len(outcomes) + 1, dtype=np.int64)  # last slot: blocks of probability 0
-    for block, c in seen.items():
-        counts[index.get(block, len(outcomes))] += c
-    labels = [str(o) for o in outcomes] + ["an impossible block"]
-    checks.append(law_check("whole emitted block", case.name, counts, list(probs) + [0.0], labels,
-                            what=f"the exact block law {given}", hint=HINT_BLOCK))
+    codes = _encode(blocks, V)  # (n,)
+    slot = np.searchsorted(law.codes, codes)  # law.codes is sorted
+    slot = np.where((slot < law.codes.size) & (law.codes[np.minimum(slot, law.codes.size - 1)] == codes),
+                    slot, law.codes.size)  # last slot: blocks of probability 0
+    counts = np.bincount(slot, minlength=law.codes.size + 1)
+    checks.append(law_check("whole emitted block", case.name, counts, np.append(law.probs, 0.0),
+                            law.labels + ["an impossible block"], what=f"the exact block law {given}", hint=HINT_BLOCK))
     return checks
+
+
+def _encode(blocks: np.ndarray, V: int) -> np.ndarray:
+    """One int64 per block: sum_j (token_j + 1) (V + 1)^j, the -1 padding contributing 0."""
+    weights = (V + 1) ** np.arange(blocks.shape[1], dtype=np.int64)  # (K+1,)
+    return (blocks + 1) @ weights  # (n,)
+
+
+@dataclass(frozen=True)
+class _Laws:
+    codes: np.ndarray  # (B,) sorted block codes with positive probability
+    probs: np.ndarray  # (B,)
+    labels: list
+    first: np.ndarray  # (V,) law of the first emitted token
+    count: np.ndarray  # (K+1,) law of the number of accepted drafts
+    accept: np.ndarray  # (K, V) min(1, p_j(x)/q_j(x))
+    residuals: list  # K entries: (V,) residual law, or None when p_j == q_j
+    bonus: np.ndarray  # (V,)
+
+
+@lru_cache(maxsize=64)
+def _exact(case: ChainCase) -> _Laws:
+    p = case.target_probs.to(torch.float64)
+    q = case.draft_probs.to(torch.float64)
+    K, V = q.shape
+    law = block_law(p, q, case.draft_tokens)
+    blocks = np.full((len(law), K + 1), -1, dtype=np.int64)
+    for i, b in enumerate(law):
+        blocks[i, : len(b)] = b
+    codes = _encode(blocks, V)
+    order = np.argsort(codes)
+    probs = np.array(list(law.values()), dtype=np.float64)
+    first, count = np.zeros(V), np.zeros(K + 1)
+    np.add.at(first, blocks[:, 0], probs)
+    np.add.at(count, (blocks >= 0).sum(1) - 1, probs)
+    p_l, q_l = p.tolist(), q.tolist()
+    accept = np.array([[float(accept_prob(p_l[j][x], q_l[j][x])) for x in range(V)] for j in range(K)])
+    residuals = [np.array(residual_list(p_l[j], q_l[j])) if any(a > b for a, b in zip(p_l[j], q_l[j])) else None
+                 for j in range(K)]
+    labels = [str(tuple(blocks[i][blocks[i] >= 0].tolist())) for i in order]
+    return _Laws(codes[order], probs[order], labels, first, count, accept, residuals, p[K].numpy())
 
 
 def _replay(call, fn_gen) -> list:
