@@ -156,6 +156,8 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # the same arithmetic as below, as one fused kernel
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -306,16 +308,23 @@ class LlamaModel(nn.Module):
             raise ValueError(f"exit_layer must be in [0, {self.config.n_layers}], got {exit_layer}")
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             raise ValueError(f"attn_mask must be bool, got {attn_mask.dtype}")
+        # The largest position is known without reading the device when positions are the
+        # default ones; explicit positions are checked on the CPU only (elsewhere the check
+        # would stall the accelerator; LlamaTarget checks its own).
+        explicit = position_ids is not None
         if cache is None:
             plan = _NoCachePlan(mask=None if attn_mask is None else attn_mask.view(-1, 1, N, N),
                                 is_causal=attn_mask is None)
-            if position_ids is None:
+            if not explicit:
                 position_ids = torch.arange(N, device=tokens.device).expand(B, N)
+            max_pos = N - 1
         else:
             plan = cache.plan(N, attn_mask)
-            if position_ids is None:
+            if not explicit:
                 position_ids = plan.positions  # (B, N)
-        max_pos = int(position_ids.max()) if position_ids.numel() else 0
+            max_pos = plan.kv_len - 1
+        if explicit:
+            max_pos = int(position_ids.max()) if position_ids.device.type == "cpu" else -1
         if max_pos >= self.config.max_position_embeddings:
             raise ValueError(f"position {max_pos} is beyond the model's context of "
                              f"{self.config.max_position_embeddings} positions (prompt too long?)")
