@@ -1,0 +1,172 @@
+"""The lesson widgets, driven from Python: set a control, read the table and the plot.
+
+The browser test checks the same contract in JupyterLab; these tests pin it without a browser.
+"""
+import html
+import re
+
+import ipywidgets as w
+import pytest
+
+from specbook import lessons, stats, theory
+from specbook.widgets import ProofExplorer, YieldExplorer
+from statfamily import PER_TEST_ALPHA, USED
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def cells(table_html: str) -> dict[str, str]:
+    return dict(re.findall(r'data-key="(\w+)">([^<]*)<', table_html))
+
+
+# ----------------------------------------------------------------------------- YieldExplorer
+
+def test_yield_explorer_controls_match_the_contract():
+    ex = YieldExplorer()
+    assert isinstance(ex.alpha, w.FloatSlider) and (ex.alpha.min, ex.alpha.max) == (0.0, 0.99)
+    assert isinstance(ex.gamma, w.IntSlider) and (ex.gamma.min, ex.gamma.max) == (0, 16)
+    assert isinstance(ex.c, w.FloatSlider) and (ex.c.min, ex.c.max) == (0.0, 1.0)
+    assert isinstance(ex.v, w.FloatSlider) and (ex.v.min, ex.v.max) == (1.0, 3.0)
+    assert isinstance(ex.table, w.HTML) and '<table class="specbook-yield-table">' in ex.table.value
+    assert isinstance(ex.plot, w.Image) and bytes(ex.plot.value).startswith(PNG)
+    assert isinstance(ex.widget, w.VBox)
+    bundle = ex._repr_mimebundle_()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.widget.model_id
+
+
+@pytest.mark.parametrize("alpha, gamma, c, v", [
+    (0.8, 4, 0.05, 1.0), (0.8, 4, 0.15, 1.0), (0.5, 4, 0.15, 1.0), (0.4, 4, 0.3, 1.0),
+    (0.7, 10, 0.0, 1.0), (0.6, 3, 0.1, 1.5), (0.99, 16, 0.02, 3.0), (0.0, 0, 1.0, 1.0), (0.3, 0, 0.5, 2.0),
+])
+def test_yield_table_shows_the_theory_numbers(alpha, gamma, c, v):
+    ex = YieldExplorer()
+    ex.alpha.value, ex.gamma.value, ex.c.value, ex.v.value = alpha, gamma, c, v
+    got = cells(ex.table.value)
+    best_gamma, best_speedup = theory.optimal_gamma(alpha, c, v)
+    want = {
+        "expected_tokens": f"{theory.expected_tokens(alpha, gamma):.4f}",
+        "speedup": f"{theory.speedup(alpha, gamma, c, v):.4f}",
+        "limit": f"{theory.expected_tokens_limit(alpha):.4f}",
+        "break_even_alpha": f"{theory.break_even_alpha(gamma, c, v):.4f}",
+        "optimal_gamma": f"{best_gamma}",
+        "optimal_speedup": f"{best_speedup:.4f}",
+    }
+    assert got == want
+    values = ex.values()
+    assert {k: values[k] for k in ("alpha", "gamma", "c", "v")} == dict(alpha=alpha, gamma=gamma, c=c, v=v)
+    assert f"{values['speedup']:.4f}" == got["speedup"] and values["optimal_gamma"] == best_gamma
+
+
+def test_yield_table_reference_numbers():
+    """The lesson's worked cases, as the student reads them off the table."""
+    ex = YieldExplorer(alpha=0.8, gamma=4, c=0.05, v=1.0)
+    assert cells(ex.table.value)["expected_tokens"] == "3.3616"
+    assert cells(ex.table.value)["speedup"] == "2.8013"
+    assert cells(ex.table.value)["limit"] == "5.0000"
+    ex.c.value = 0.15
+    assert cells(ex.table.value)["speedup"] == "2.1010"
+    ex.alpha.value = 0.5
+    assert cells(ex.table.value)["speedup"] == "1.2109"
+    ex.alpha.value, ex.c.value = 0.4, 0.3
+    assert cells(ex.table.value)["speedup"] == "0.7498"
+    assert "SLOWER" in ex.table.value
+    ex.alpha.value, ex.c.value, ex.gamma.value = 0.7, 0.0, 4
+    assert cells(ex.table.value)["expected_tokens"] == "2.7731"
+
+
+def test_yield_plot_redraws_on_every_change():
+    ex = YieldExplorer()
+    seen = {bytes(ex.plot.value)}
+    for slider, value in ((ex.alpha, 0.6), (ex.gamma, 7), (ex.c, 0.4), (ex.v, 2.0)):
+        slider.value = value
+        assert bytes(ex.plot.value).startswith(PNG)
+        assert bytes(ex.plot.value) not in seen, f"plot did not change when {slider.description} moved"
+        seen.add(bytes(ex.plot.value))
+
+
+def test_yield_explorer_keeps_sliders_in_range():
+    ex = YieldExplorer()
+    ex.gamma.value = 2.5  # the IntSlider casts to an int, and the table follows the slider
+    assert ex.gamma.value == 2 and ex.values()["gamma"] == 2
+    assert cells(ex.table.value)["expected_tokens"] == f"{theory.expected_tokens(ex.alpha.value, 2):.4f}"
+    ex.alpha.value, ex.gamma.value, ex.c.value = 5.0, 40, -1.0  # sliders clamp to their range
+    assert (ex.alpha.value, ex.gamma.value, ex.c.value) == (0.99, 16, 0.0)
+    assert (ex.values()["alpha"], ex.values()["gamma"], ex.values()["c"]) == (0.99, 16, 0.0)
+
+
+# ----------------------------------------------------------------------------- ProofExplorer
+
+def chi2_rows(table_html: str) -> dict[str, dict[str, str]]:
+    rows = {}
+    for rule, body in re.findall(r'<tr data-rule="([^"]+)"[^>]*>(.*?)</tr>', table_html):
+        rows[html.unescape(rule)] = cells(body)
+    return rows
+
+
+def test_proof_explorer_controls_and_table():
+    ex = ProofExplorer(sample_size=2000)
+    for name in ("match", "temperature", "sample_size", "rule", "seed", "auto", "run_button", "plot", "table"):
+        assert hasattr(ex, name)
+    assert list(ex.rule.options) == list(lessons.RULES)
+    assert lessons.CORRECT in ex.rule.options and lessons.TARGET_ONLY in ex.rule.options
+    assert '<table class="specbook-chi2-table">' in ex.table.value
+    rows = chi2_rows(ex.table.value)
+    assert list(rows) == list(lessons.RULES)
+    values = ex.values()
+    for rule, row in rows.items():
+        assert "pvalue" in row and "verdict" in row
+        p = values["pvalues"][rule]
+        assert row["pvalue"] == (f"{p:.2e}" if p < 1e-4 else f"{p:.4f}")
+    assert bytes(ex.plot.value).startswith(PNG)
+    assert isinstance(ex.widget, w.VBox)
+    assert "application/vnd.jupyter.widget-view+json" in ex._repr_mimebundle_()
+
+
+def test_proof_explorer_pvalues_are_the_chi_square_of_the_shown_counts():
+    ex = ProofExplorer(sample_size=3000, seed=4)
+    setup = ex.setup()
+    for i, (name, r) in enumerate(lessons.RULES.items()):
+        import torch
+
+        drawn = r.sample(setup, 3000, torch.Generator().manual_seed(4 * 1000 + i))
+        want = stats.chisquare_gof(stats.counts_of(drawn, 8), setup.target_probs.numpy()).pvalue
+        assert ex.values()["pvalues"][name] == want
+
+
+def test_proof_explorer_verdicts():
+    ex = ProofExplorer(match=0.3, temperature=0.6, sample_size=4000)
+    USED.append("ProofExplorer: modified rejection sampling at match 0.3, T 0.6")
+    v = ex.values()
+    assert v["pvalues"][lessons.CORRECT] > PER_TEST_ALPHA
+    assert not v["rejected"][lessons.CORRECT]
+    for name in lessons.RULES:
+        if name != lessons.CORRECT:  # broken twins: every wrong rule is caught at this setting
+            assert v["rejected"][name] and v["pvalues"][name] < 1e-6, name
+            assert v["power"][name] > 0.99
+    # at temperature 1 the sampling-parameter bug is invisible: its law is exactly p
+    ex.temperature.value = 1.0
+    assert ex.values()["tv"][lessons.TARGET_ONLY] < 1e-12
+
+
+def test_proof_explorer_state_from_python_and_run_button():
+    ex = ProofExplorer(sample_size=1000)
+    before = ex.values()
+    ex.rule.value = lessons.TARGET_ONLY
+    assert ex.values()["rule"] == lessons.TARGET_ONLY
+    assert 'style="background:#fff3cd"><th>temperature on target only' in ex.table.value
+    ex.auto.value = False
+    ex.match.value = 0.9
+    assert ex.values()["match"] == before["match"]  # no auto-update: nothing recomputed yet
+    ex.run_button.click()
+    after = ex.values()
+    assert after["match"] == 0.9 and after["pvalues"] != before["pvalues"]
+    # the same settings and seed give the same numbers
+    again = ProofExplorer(match=0.9, sample_size=1000, rule=lessons.TARGET_ONLY)
+    assert again.values()["pvalues"] == after["pvalues"]
+
+
+def test_proof_explorer_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="rule"):
+        ProofExplorer(rule="accept everything")
+    with pytest.raises(ValueError, match="level"):
+        ProofExplorer(level=1.5)
