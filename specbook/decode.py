@@ -16,6 +16,12 @@ path, and ``target.keep`` packs that path's cache entries into place.
 The target's cache always holds every emitted token except the last one (the
 "pending" token), which is fed at the start of the next pass.  That keeps
 plain decoding and speculation the same loop: plain decoding is the K = 0 case.
+
+Drafters that read the target's internals (Medusa and EAGLE heads read its hidden
+states) may define ``observe(target, kept)``.  The loop calls it after the prefill and
+after every verification, once the cache is final: ``kept[b]`` lists, in order, the
+indices of the last forward's new tokens that stayed in row b's cache, so the drafter
+can read ``target.last_hidden[b, kept[b]]``.  Other drafters simply do not define it.
 """
 from __future__ import annotations
 
@@ -183,6 +189,9 @@ def speculative_generate(
     stats = DecodeStats()
     draft_passes_before = int(getattr(drafter, "passes", 0))
     pending = _start(target, prompt)  # (B, 1)
+    observe = getattr(drafter, "observe", None)
+    if observe is not None:
+        observe(target, [list(range(prompt.shape[1] - 1))] * B)  # the prefilled prompt, pending excluded
     emitted: list[list[int]] = [[] for _ in range(B)]
     prompt_rows = prompt.tolist()
     bar = tqdm(total=max_new_tokens, disable=not progress, desc="speculative")
@@ -200,6 +209,7 @@ def speculative_generate(
                 tokens, num_emitted = verify_chain(logits_to_probs(logits, params), draft.probs, draft.tokens, generator)
             # keep the pending token and the accepted drafts; the last emitted token becomes pending
             target.rollback(lengths_before + num_emitted)
+            kept = [list(range(n)) for n in num_emitted.tolist()]
             stats.record(K, num_emitted)
         else:
             # the pending token is the tree's root: node i becomes index i+1, root children hang off it
@@ -212,8 +222,11 @@ def speculative_generate(
                 tokens, num_emitted, path = verify_tree(logits_to_probs(logits, params), draft.probs, draft.tokens,
                                                         parents, generator)
             # keep the pending token and the accepted path, packed into place
-            target.keep(keep_indices(path, num_emitted))
+            kept = keep_indices(path, num_emitted)
+            target.keep(kept)
             stats.record(K, num_emitted, depth=path.shape[1])
+        if observe is not None:
+            observe(target, kept)
         stats.draft_passes = int(getattr(drafter, "passes", 0)) - draft_passes_before
         done = min(len(e) for e in emitted)
         for row, new, n in zip(emitted, tokens.tolist(), num_emitted.tolist()):
