@@ -93,6 +93,7 @@ def test_hidden_states_match_transformers():
         # early exit after 2 blocks = norm + head on the residual stream after 2 blocks
         assert torch.allclose(ours(tokens, exit_layer=2), ours.lm_head(ours.norm(hidden[2])), atol=TINY_TOL)
         assert torch.allclose(ours(tokens, logits_to_keep=3), logits[:, -3:], atol=TINY_TOL)
+        assert ours(tokens, logits_to_keep=0).shape == (1, 0, TINY["vocab_size"])
 
 
 def test_multi_token_forward_equals_sequential():
@@ -108,8 +109,9 @@ def test_multi_token_forward_equals_sequential():
     assert (chunk[0] - hf_logits(hf, seq[0])[12:]).abs().max().item() <= TINY_TOL
 
 
-def test_per_row_rollback_rows_out_of_step():
-    hf, ours = tiny_pair()
+@pytest.mark.parametrize("kv_heads", [2, 4], ids=["gqa", "mha"])
+def test_per_row_rollback_rows_out_of_step(kv_heads):
+    hf, ours = tiny_pair(num_key_value_heads=kv_heads)
     gen = torch.Generator().manual_seed(4)
     target = LlamaTarget(ours, max_length=40)
     target.reset(2)
@@ -135,8 +137,9 @@ def test_per_row_rollback_rows_out_of_step():
         target.rollback(torch.tensor([1]))
 
 
-def test_tree_forward_matches_each_path_and_keep():
-    hf, ours = tiny_pair()
+@pytest.mark.parametrize("kv_heads", [2, 4], ids=["gqa", "mha"])
+def test_tree_forward_matches_each_path_and_keep(kv_heads):
+    hf, ours = tiny_pair(num_key_value_heads=kv_heads)
     gen = torch.Generator().manual_seed(5)
     parents = [-1, -1, 0, 0, 1, 2, 2, 5]
     target = LlamaTarget(ours, max_length=64)

@@ -163,39 +163,57 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(x.dtype)
 
 
+def fold_query_groups_mask(mask: torch.Tensor | None, is_causal: bool, groups: int, n: int):
+    """The attention mask for G query heads per key/value head stacked on the query axis.
+
+    mask (B|1, 1, N, S) bool or None -> (B|1, 1, G*N, S): row g*N + i is query i of head g.
+    Returns (mask, is_causal) for ``scaled_dot_product_attention``.
+    """
+    if groups == 1:
+        return mask, is_causal
+    if is_causal:
+        mask = torch.ones(n, n, dtype=torch.bool).tril()[None, None]
+    if mask is None:
+        return None, False
+    folded = mask.unsqueeze(2).expand(mask.shape[0], 1, groups, n, mask.shape[-1])
+    return folded.reshape(mask.shape[0], 1, groups * n, mask.shape[-1]), False
+
+
+@dataclass
+class _Step:
+    """What every layer of one forward shares: rotary tables, the cache plan, the mask."""
+
+    cos: torch.Tensor  # (B, N, 1, Dh)
+    sin: torch.Tensor  # (B, N, 1, Dh)
+    plan: object  # AttentionPlan, or _NoCachePlan without a cache
+    mask: torch.Tensor | None  # (B|1, 1, G*N, S) bool, for the folded query layout
+    is_causal: bool
+
+
 class Attention(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
         q_size, kv_size = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
-        self.split = (q_size, kv_size, kv_size)
         self.wqkv = nn.Linear(config.dim, q_size + 2 * kv_size, bias=config.attention_bias)
         self.wo = nn.Linear(q_size, config.dim, bias=config.attention_bias)
 
-    def forward(self, x, cos, sin, layer: int, cache: KVCache | None, plan) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, step: _Step) -> torch.Tensor:
         B, N, _ = x.shape
         H, Hkv, Dh = self.n_heads, self.n_kv_heads, self.head_dim
         qkv = self.wqkv(x)  # (B, N, (H + 2 Hkv) Dh)
         # Rotate queries and keys together: they sit side by side in qkv.
         qk = qkv[..., :(H + Hkv) * Dh].view(B, N, H + Hkv, Dh)
-        qk = qk * cos + rotate_half(qk) * sin  # RoFormer eq. 34, rotate-half layout
+        qk = qk * step.cos + rotate_half(qk) * step.sin  # RoFormer eq. 34, rotate-half layout
         q = qk[:, :, :H].transpose(1, 2)  # (B, H, N, Dh)
         k = qk[:, :, H:].transpose(1, 2)  # (B, Hkv, N, Dh)
         v = qkv[..., (H + Hkv) * Dh:].view(B, N, Hkv, Dh).transpose(1, 2)  # (B, Hkv, N, Dh)
         if cache is not None:
-            k, v = cache.update(layer, k, v, plan)  # (B, Hkv, S, Dh)
-        mask, is_causal = plan.mask, plan.is_causal
-        G = H // Hkv
-        if G > 1:
-            # The G query heads of one group share a key/value head: stack them along the
-            # query axis, (B, Hkv, G*N, Dh), instead of repeating keys and values G times.
-            q = q.reshape(B, Hkv, G * N, Dh)
-            if is_causal:
-                mask, is_causal = torch.ones(N, N, dtype=torch.bool, device=x.device).tril(), False
-            if mask is not None:
-                mask = mask.unsqueeze(-3).expand(*mask.shape[:-2], G, *mask.shape[-2:])
-                mask = mask.reshape(*mask.shape[:-3], G * N, mask.shape[-1])  # (B|1, 1, G*N, S)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)  # (B, Hkv, G*N, Dh)
+            k, v = cache.update(layer, k, v, step.plan)  # (B, Hkv, S, Dh)
+        # The G = H / Hkv query heads sharing a key/value head are stacked along the query
+        # axis, so keys and values are read in place instead of being repeated G times.
+        q = q.reshape(B, Hkv, (H // Hkv) * N, Dh)  # (B, Hkv, G*N, Dh)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=step.mask, is_causal=step.is_causal)
         y = y.reshape(B, H, N, Dh).transpose(1, 2).reshape(B, N, H * Dh)
         return self.wo(y)
 
@@ -221,8 +239,8 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(config.dim, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x, cos, sin, layer, cache, plan):
-        x = x + self.attn(self.attn_norm(x), cos, sin, layer, cache, plan)
+    def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, step: _Step) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), layer, cache, step)
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -294,7 +312,9 @@ class LlamaModel(nn.Module):
                       block's output before the final norm.  list of ints -> (logits, [h_i])
                       where h_i is the residual stream after i blocks (0 = embeddings,
                       n_layers = last block output, never normalised).
-        logits_to_keep: compute logits only for the last this-many positions.
+        logits_to_keep: compute logits only for the last this-many positions (0: none, for a
+                      prefill whose logits are not needed; the lm head is a large share of
+                      the work when V is large).
         exit_layer:   run only the first ``exit_layer`` blocks, then norm + head (early exit).
         Returns logits (B, N or logits_to_keep, V) in the model's dtype.
         """
@@ -306,6 +326,8 @@ class LlamaModel(nn.Module):
         n_run = self.config.n_layers if exit_layer is None else exit_layer
         if not 0 <= n_run <= self.config.n_layers:
             raise ValueError(f"exit_layer must be in [0, {self.config.n_layers}], got {exit_layer}")
+        if logits_to_keep is not None and not 0 <= logits_to_keep <= N:
+            raise ValueError(f"logits_to_keep must be in [0, {N}], got {logits_to_keep}")
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             raise ValueError(f"attn_mask must be bool, got {attn_mask.dtype}")
         # The largest position is known without reading the device when positions are the
@@ -332,7 +354,10 @@ class LlamaModel(nn.Module):
         x = self.embed(tokens)  # (B, N, D)
         freqs = position_ids[..., None].float() * self._rope_inverse_frequencies(x.device)  # (B, N, Dh/2)
         emb = torch.cat((freqs, freqs), dim=-1)[:, :, None]  # (B, N, 1, Dh), broadcast over heads
-        cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        mask, is_causal = fold_query_groups_mask(plan.mask, plan.is_causal,
+                                                 self.config.n_heads // self.config.n_kv_heads, N)
+        step = _Step(emb.cos().to(x.dtype), emb.sin().to(x.dtype), plan,
+                     None if mask is None else mask.to(x.device), is_causal)
 
         wanted = [] if return_hidden is False else [n_run] if return_hidden is True else list(return_hidden)
         for i in wanted:
@@ -340,13 +365,13 @@ class LlamaModel(nn.Module):
                 raise ValueError(f"return_hidden layer index {i} not in [0, {n_run}]")
         hidden = {0: x} if 0 in wanted else {}
         for i, block in enumerate(self.layers[:n_run]):
-            x = block(x, cos, sin, i, cache, plan)
+            x = block(x, i, cache, step)
             if i + 1 in wanted:
                 hidden[i + 1] = x
         if cache is not None:
             cache.advance(plan)
 
-        last = x if logits_to_keep is None else x[:, -logits_to_keep:]
+        last = x if logits_to_keep is None else x[:, N - logits_to_keep:]
         logits = self.lm_head(self.norm(last))  # (B, N, V)
         if return_hidden is False:
             return logits

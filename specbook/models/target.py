@@ -132,7 +132,11 @@ class LlamaTarget:
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None, *,
                 logits_to_keep: int | None = None) -> torch.Tensor:
-        """Append ``tokens`` (B, N); return float32 logits (B, N, V) (last ``logits_to_keep`` only if set)."""
+        """Append ``tokens`` (B, N); return float32 logits (B, N, V).
+
+        ``logits_to_keep=k`` (not part of the protocol) returns only the last k positions'
+        logits, (B, k, V); k=0 skips the lm head entirely, e.g. for a prompt prefill.
+        """
         cache = self._require_cache()
         if tokens.dim() != 2 or tokens.shape[0] != cache.batch_size:
             raise ValueError(f"tokens must be ({cache.batch_size}, N), got shape {tuple(tokens.shape)}")
