@@ -72,7 +72,7 @@ def test_verify_chain_block_law(case):
 TWIN_CASES = {
     "resample from p, not the residual": "position-dependent, K=3, V=4",
     "residual max(0, q - p) (sides swapped)": "position-dependent, K=3, V=4",
-    "bonus token from position K-1": "one-hot drafts, K=4, V=4",
+    "bonus token from position K-1": "p == q, K=2, V=5",  # every draft accepted: always a bonus
     "no stop at the first rejection": "position-dependent, K=4, V=3",
     "one uniform shared by all positions": "position-dependent, K=4, V=3",
     "target position off by one": "position-dependent, K=3, V=4",
