@@ -83,7 +83,7 @@ def judge_family(checks: list[Check], alpha: float, family_size: int) -> list[Ch
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Report:
     """The checker's answer.  ``passed`` is True when no check failed.
 
@@ -137,6 +137,8 @@ class Report:
             lines += ["", "Advice (does not fail the check):"]
             lines += [f"  * {c.name}: {c.reason}" for c in warns]
         return "\n".join(lines)
+
+    __repr__ = __str__  # evaluating a report in a console prints the whole table, like a DataFrame
 
     def _repr_html_(self) -> str:
         colour = {PASS: "#1a7f37", FAIL: "#cf222e", WARN: "#9a6700", NOT_RUN: "#6e7781"}

@@ -1,0 +1,132 @@
+"""The nbgrader assignments, end to end, in a throw-away course directory.
+
+release (generate_assignment) -> fill in the instructor's solution -> autograde -> full marks;
+fill in a buggy solution -> the hidden test fails and the feedback carries the checker's
+explanation.  No network; notebooks run on the kernel named ``python3``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytest.importorskip("nbgrader")
+pytest.importorskip("jupytext")
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("course", ROOT / "assignments" / "course.py")
+course = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(course)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def course_dir(tmp_path_factory):
+    """A course directory holding a copy of the committed config and source notebooks, released."""
+    tmp = tmp_path_factory.mktemp("course")
+    saved = {k: os.environ.get(k) for k in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR")}
+    # Keep any personal Jupyter/nbgrader configuration of the machine out of the run.
+    os.environ.update(JUPYTER_CONFIG_DIR=str(tmp / ".jupyter"), JUPYTER_RUNTIME_DIR=str(tmp / ".runtime"),
+                      IPYTHONDIR=str(tmp / ".ipython"))
+    shutil.copy(ROOT / "assignments" / "nbgrader_config.py", tmp)
+    shutil.copytree(ROOT / "assignments" / "source", tmp / "source")
+    course.release(course.ASSIGNMENTS, tmp)
+    yield tmp
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def test_source_notebooks_are_built_from_src():
+    assert course.stale_sources() == [], "run: python assignments/course.py build"
+
+
+def test_kernel_python3_is_this_interpreter():
+    from jupyter_client.manager import KernelManager
+
+    cmd = KernelManager(kernel_name="python3").format_kernel_cmd()
+    assert os.path.realpath(cmd[0]) == os.path.realpath(sys.executable), cmd
+
+
+def test_release_has_stubs_and_no_solutions_or_hidden_tests(course_dir):
+    for name in course.ASSIGNMENTS:
+        nb = nbformat.read(course_dir / "release" / name / f"{name}.ipynb", as_version=4)
+        text = "\n".join(c.source for c in nb.cells)
+        assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text
+        solution_cells = [c for c in nb.cells if c.metadata["nbgrader"].get("solution")]
+        assert solution_cells and all("raise NotImplementedError()" in c.source for c in solution_cells)
+        source = nbformat.read(course.source_path(ROOT / "assignments", name), as_version=4)
+        for cell in source.cells:  # no line between the solution markers leaks into the release
+            inside = cell.source.split("### BEGIN SOLUTION")[1:]
+            for region in (part.split("### END SOLUTION")[0] for part in inside):
+                leaked = [ln.strip() for ln in region.splitlines() if len(ln.strip()) > 20 and ln.strip() in text]
+                assert not leaked, (name, leaked)
+
+
+@pytest.mark.parametrize("name", course.ASSIGNMENTS)
+def test_reference_solution_gets_full_marks(course_dir, name):
+    course.submit(name, "reference", course.solutions(name), course_dir)
+    result = course.grade(name, "reference", course_dir)
+    assert result["score"] == result["max_score"] == 10, result
+    assert result["feedback"].exists()
+    if name != "03_tree_mask":  # the notebook's own check cell shows the checker's verdict
+        graded = nbformat.read(course_dir / "autograded" / "reference" / name / f"{name}.ipynb", as_version=4)
+        check = next(c for c in graded.cells if c.metadata["nbgrader"]["grade_id"] == "check_your_work")
+        assert "PASSED" in str(check.outputs)
+
+
+RESAMPLE_FROM_P = '''def accept_token(target_probs, draft_probs, draft_token, generator=None):
+    u = torch.rand((), generator=generator, dtype=target_probs.dtype)
+    if u * draft_probs[draft_token] < target_probs[draft_token]:
+        return draft_token
+    return int(torch.multinomial(target_probs, 1, generator=generator))
+'''
+
+GREEDY_BONUS = '''def verify_row(target_probs, draft_probs, draft_tokens, generator=None):
+    out = []
+    for j, x in enumerate(draft_tokens.tolist()):
+        if torch.rand((), generator=generator) * draft_probs[j, x] < target_probs[j, x]:
+            out.append(x)
+            continue
+        out.append(int(torch.multinomial(residual(target_probs[j], draft_probs[j]), 1, generator=generator)))
+        return torch.tensor(out)
+    out.append(int(target_probs[-1].argmax()))
+    return torch.tensor(out)
+'''
+
+NO_VALIDATION = '''def tree_mask(parents):
+    N = len(parents)
+    mask = torch.eye(N, dtype=torch.bool)
+    for i, par in enumerate(parents.tolist()):
+        if par >= 0:
+            mask[i] |= mask[par]
+    return mask
+'''
+
+BUGGY = {  # assignment -> (answers, cell that must lose its points, words the feedback must show)
+    "01_acceptance_rule": ({"accept_token": RESAMPLE_FROM_P}, "rule_law",
+                           ["What went wrong", "residual after a rejection", "Hint"]),
+    "02_chain_verifier": ({"verify_row": GREEDY_BONUS}, "verify_law", ["What went wrong", "bonus token", "last row"]),
+    "03_tree_mask": ({"tree_mask": NO_VALIDATION}, "mask_tests", ["should raise ValueError"]),
+}
+
+
+@pytest.mark.parametrize("name", course.ASSIGNMENTS)
+def test_buggy_solution_fails_the_hidden_test_with_an_explanation(course_dir, name):
+    answers, lost, words = BUGGY[name]
+    course.submit(name, "buggy", {**course.solutions(name), **answers}, course_dir)
+    result = course.grade(name, "buggy", course_dir)
+    score, max_score = result["cells"][lost]
+    assert score == 0 and max_score > 0, result
+    assert all(s == m for cell, (s, m) in result["cells"].items() if cell != lost), result  # visible tests pass
+    html = result["feedback"].read_text()
+    for word in words:
+        assert word in html, word
