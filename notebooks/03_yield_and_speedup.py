@@ -269,9 +269,8 @@ print("acceptance by depth in the draft:", [round(a, 3) for a in blend_stats.pos
 # %% [markdown]
 # ## Acceptance depends on where you are in the text
 #
-# Some contexts are easy to guess (after "def " in code, a space and a
-# function name are all but certain) and some are hard (the first word of a
-# new idea). In the toy the context is just the previous word, so we can list
+# Some contexts are easy to guess (the rigid boilerplate around `def` in
+# code) and some are hard (the first word of a new idea). In the toy the context is just the previous word, so we can list
 # the exact acceptance probability for each one and compare with a long traced
 # generation. Error bars are two standard errors.
 
@@ -308,8 +307,8 @@ fig
 # and moves *more* of its mass there; cooling concentrates q on its top
 # choices, which are mostly the target's. So α falls as temperature rises. The
 # shaded band is the exact range of Σ min(p, q) over contexts; the measured α
-# must fall inside it. In the blend pair the draft's stray mass is spread over
-# words the target also uses, and the effect is much weaker: how temperature
+# must fall inside it. In the blend pair the unrelated part of the draft lands
+# mostly on words the target also uses, and the effect is much weaker: how temperature
 # moves α depends on how the draft is wrong, which is why it must be measured.
 
 # %%
