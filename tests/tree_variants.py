@@ -18,7 +18,8 @@ def tree_verifier(*, update_p=True, final_from="current", one_hot=False, bonus_f
                             between siblings); the last token comes from the last sibling's residual.
     final_from="p":         siblings judged correctly, but after all fail the last token comes
                             from the node's original p instead of the running residual.
-    one_hot=True:           sampled siblings treated as deterministic (draft_probs ignored).
+    one_hot=True:           sampled siblings treated as deterministic (draft_probs ignored).  NOT a
+                            twin: exact for any candidates, only slower (see the tests).
     bonus_from="parent":    at a leaf, the bonus token is read from the leaf's parent's row.
     shared_uniform=True:    one uniform per depth, shared by the siblings tried there.
     """
@@ -103,7 +104,6 @@ def tree_verifier(*, update_p=True, final_from="current", one_hot=False, bonus_f
 BROKEN_TWINS = {
     "no residual between siblings (original p reused)": dict(update_p=False),
     "all siblings rejected: last token from p, not the residual": dict(final_from="p"),
-    "sampled siblings treated as one-hot": dict(one_hot=True),
     "bonus token from the parent's row": dict(bonus_from="parent"),
     "one uniform shared by all siblings": dict(shared_uniform=True),
 }
