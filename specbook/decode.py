@@ -180,6 +180,11 @@ def speculative_generate(
     ``gamma`` is the number of drafts requested per step (a drafter may return fewer, e.g. an
     n-gram drafter without a match, or adapt it).  With ``params.temperature == 0`` verification is
     greedy and the output equals greedy autoregressive decoding token for token.
+
+    A drafter that returns ``Draft.parents`` proposes a tree (Medusa, EAGLE): the target needs
+    ``forward(tokens, parents)`` and ``keep(indices)``; ``Draft.probs`` row i is the law node i was
+    drawn from (None for deterministic candidates such as top-k lists).  Stats then count
+    ``proposed`` = tree nodes and ``accepted`` = accepted path length, per row and pass.
     """
     _check_common(max_new_tokens, params)
     if not isinstance(gamma, int) or gamma < 0:
