@@ -43,6 +43,14 @@ is a sample from the target (checked exactly in :mod:`specbook.tree_laws`).  Wit
 deterministic candidates q_j is one-hot, so "accept with probability p(x_j)", and the
 residual is p with x_j zeroed and renormalised: sampling the top-k *without replacement*.
 
+Two consequences a drafter must respect (both tested):
+
+* ``draft_probs=None`` is exact for *any* candidates that do not depend on the verifier's
+  randomness, even sampled ones; passing the true q only raises acceptance
+  (sum min(p, q) >= sum p q).
+* Passing a q row for candidates that were *not* independent draws from it (a head's top-k,
+  or siblings drawn without replacement to avoid duplicates) biases the output.
+
 :func:`verify_tree_greedy` is the temperature-0 rule (follow the child equal to the
 target's argmax).  :func:`typical_acceptance` is Medusa's lossy rule, kept as the baseline
 it is in the literature.

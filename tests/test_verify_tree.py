@@ -386,6 +386,22 @@ def test_every_twin_has_a_case():
     assert set(TWIN_CASES) == set(BROKEN_TWINS)
 
 
+def test_twin_siblings_drawn_without_replacement_is_caught():
+    """Deduplicating sampled siblings (drawing them without replacement) while reporting q breaks
+    the independence the rule needs: the first token no longer follows p.  The same siblings drawn
+    i.i.d. pass (exact: test_siblings_from_different_rows_still_emit_p_exactly; sampled:
+    test_verify_tree_block_law)."""
+    p_root = torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=torch.float64)
+    q = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+    parents = torch.tensor([-1, -1, -1])
+    g = torch.Generator().manual_seed(14)
+    tokens = torch.multinomial(q.expand(N_BLOCKS, 4), 3, replacement=False, generator=g)  # (N, 3) distinct
+    target = torch.cat([p_root[None], torch.full((3, 4), 0.25, dtype=torch.float64)]).expand(N_BLOCKS, 4, 4)
+    out, _, _ = verify_tree(target, q.expand(N_BLOCKS, 3, 4), tokens, parents, g)
+    first = {(z,): float(pz) for z, pz in enumerate(p_root)}
+    check_rejects("siblings drawn without replacement", first, [(int(t),) for t in out[:, 0]])
+
+
 def _typical_rows():
     target, draft = make_toy_pair(4, 1, match=0.5, seed=3)
     tree = from_paths(BINARY)
