@@ -125,11 +125,16 @@ def trace_speculative(
     if prompt_t.numel() > 1:
         target.forward(prompt_t[None, :-1])
     pending = prompt_t[None, -1:]  # (1, 1): every emitted token but the last is in the cache
+    observe = getattr(drafter, "observe", None)  # drafters that read the target's state (EAGLE-style)
+    if observe is not None:
+        observe(target, [list(range(prompt_t.numel() - 1))])
     emitted: list[int] = []
     steps: list[StepTrace] = []
     while len(emitted) < max_new_tokens:
         context = torch.tensor(prompt_t.tolist() + emitted, dtype=torch.long)
         draft = drafter.propose([context], gamma, params, generator)
+        if draft.parents is not None:
+            raise ValueError("trace_speculative traces chains only; this drafter proposed a tree")
         K = draft.num_tokens
         before = target.cache_lengths  # (1,)
         logits = target.forward(torch.cat([pending, draft.tokens], dim=1))  # (1, K+1, V)
@@ -141,6 +146,8 @@ def trace_speculative(
             tokens, num_emitted = verify_chain(target_probs, draft.probs, draft.tokens, generator)
             target_probs = target_probs[0]
         target.rollback(before + num_emitted)
+        if observe is not None:
+            observe(target, [list(range(int(num_emitted[0])))])
         drafts = [int(t) for t in draft.tokens[0]]
         if draft.probs is None:
             q = torch.nn.functional.one_hot(draft.tokens[0].long(), V).to(target_probs.dtype)  # (K, V)

@@ -33,6 +33,25 @@ def test_trace_reproduces_speculative_generate(params, drafter, gamma):
         assert trace.target_passes == ref.stats.target_passes
 
 
+class ObservingDrafter(DraftModelDrafter):
+    """A draft-model drafter that records what the loop tells it after each target pass."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.seen = []
+
+    def observe(self, target, kept):
+        self.seen.append((target.cache_lengths.tolist(), kept))
+
+
+def test_trace_calls_the_observe_hook_like_the_loop():
+    target, draft = make_toy_pair(6, 1, match=0.6, seed=3)
+    a, b = ObservingDrafter(draft), ObservingDrafter(draft)
+    lessons.trace_speculative(target, a, [1, 2, 3], 25, gamma=3, generator=torch.Generator().manual_seed(0))
+    speculative_generate(target, b, torch.tensor([1, 2, 3]), 25, gamma=3, generator=torch.Generator().manual_seed(0))
+    assert a.seen == b.seen and len(a.seen) > 1
+
+
 def test_trace_bookkeeping_and_html():
     target, draft = make_toy_pair(8, 1, match=0.7, seed=0)
     trace = lessons.trace_speculative(target, DraftModelDrafter(draft), [0], 50, gamma=4,
