@@ -14,3 +14,10 @@ c.CourseDirectory.assignment_id = ""
 c.Execute.timeout = 600
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
+# Feedback shows each test cell's output (for the statistical tests: the checker's full report,
+# with what went wrong and a hint) but not the source of the hidden tests.
+c.GenerateFeedback.preprocessors = [
+    "nbgrader.preprocessors.GetGrades",
+    "nbgrader.preprocessors.ClearHiddenTests",
+    "nbconvert.preprocessors.CSSHTMLHeaderPreprocessor",
+]

@@ -111,6 +111,8 @@ check_token_rule(accept_token)
 # %% nbgrader={"grade": true, "grade_id": "rule_law", "locked": true, "points": 6, "schema_version": 3, "solution": false}
 # Hidden test: the statistical checker with another seed.
 ### BEGIN HIDDEN TESTS
+# Short tracebacks: the feedback shows the checker's report, not this cell's source.
+# %xmode Minimal
 from specbook.grading import assert_token_rule
 
 assert_token_rule(accept_token, seed=20_240_917)

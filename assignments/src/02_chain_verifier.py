@@ -89,6 +89,8 @@ check_verifier(verify_row)
 # %% nbgrader={"grade": true, "grade_id": "verify_law", "locked": true, "points": 6, "schema_version": 3, "solution": false}
 # Hidden test: the statistical checker with another seed.
 ### BEGIN HIDDEN TESTS
+# Short tracebacks: the feedback shows the checker's report, not this cell's source.
+# %xmode Minimal
 from specbook.grading import assert_verifier
 
 assert_verifier(verify_row, seed=7_340_021)

@@ -63,6 +63,8 @@ expected = torch.tensor([[1, 0, 0, 0, 0],
                          [0, 1, 0, 0, 1]], dtype=torch.bool)
 assert torch.equal(tree_mask(tree), expected), tree_mask(tree)
 ### BEGIN HIDDEN TESTS
+# Short tracebacks: the feedback shows the failure, not this cell's source.
+# %xmode Minimal
 import specbook.tree
 
 g = torch.Generator().manual_seed(3)
