@@ -1,0 +1,280 @@
+"""``python -m specbook bench``: drafters x engines x workload categories on SmolLM2-135M-Instruct.
+
+Every prompt is decoded by every (engine, drafter) pair back to back, in an order rotated
+from one prompt to the next, so that a busy machine slows all of them alike; speedups are
+medians of per-prompt ratios measured side by side.  Plain decoding (``none``) is always
+run, because every speedup is relative to the same engine's plain decoding.
+
+    python -m specbook bench                                   # 2 prompts per category, 64 tokens
+    python -m specbook bench --limit 0 --json bench.json       # all 66 prompts
+    python -m specbook bench --prompts mine.jsonl --drafters none,ngram --engines specbook
+
+JSON layout (``--json``)::
+
+    {"machine": {...}, "target": "...", "settings": {...},
+     "runs": [{"engine", "drafter", "category", "prompts", "new_tokens", "seconds",
+               "tokens_per_s", "tokens_per_s_total", "tau", "alpha", "speedup_vs_autoregressive",
+               "outputs_identical_to_autoregressive", "output_ids_sha256": [...]}, ...],
+     "overall": [...same fields over all categories...],
+     "engine_ratio": {...}, "verify_cost": {engine: {"n", "seconds", "v"}}, "per_prompt": [...]}
+
+Definitions: ``tokens_per_s`` = median over prompts of new tokens / seconds;
+``tokens_per_s_total`` = new_tokens / seconds; ``tau`` = emitted tokens / target passes;
+``alpha`` = accepted / proposed drafts; ``speedup_vs_autoregressive`` = median over prompts
+of (plain seconds / this drafter's seconds), same engine; ``output_ids_sha256`` = SHA-256
+of the generated ids written as comma-separated decimals (``"12,7,512"``), per prompt.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from .bench_engines import (DRAFTERS, RunResult, SpecbookEngine, TransformersEngine, get_drafter,
+                            verify_cost_curve)
+from .bench_workloads import chat_ids, load_prompts, select
+from .sampling import SamplingParams
+
+TARGET_NAME = "SmolLM2-135M-Instruct"
+ENGINES = ("specbook", "transformers")
+
+
+def ids_sha256(ids: list[int]) -> str:
+    """SHA-256 hex digest of token ids written as comma-separated decimal integers."""
+    return hashlib.sha256(",".join(str(int(i)) for i in ids).encode("ascii")).hexdigest()
+
+
+def machine_info(device: str) -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import transformers
+
+    info = {"cpu": cpu, "logical_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "python": platform.python_version(), "platform": platform.platform(), "device": str(device)}
+    if torch.device(device).type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    if hasattr(os, "getloadavg"):
+        info["load_average_start"] = round(os.getloadavg()[0], 2)
+    return info
+
+
+def _median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]]:
+    """Per-prompt records -> one row per (engine, drafter, category) and one per (engine, drafter)."""
+    base = {(r["engine"], r["id"]): r for r in records if r["drafter"] == "none"}
+
+    def row(group: list[dict], category: str) -> dict:
+        first = group[0]
+        new = sum(r["new_tokens"] for r in group)
+        secs = sum(r["seconds"] for r in group)
+        passes, proposed = sum(r["passes"] for r in group), sum(r["proposed"] for r in group)
+        ar = [base.get((r["engine"], r["id"])) for r in group]
+        identical = all(a is not None and a["sha256"] == r["sha256"] for a, r in zip(ar, group)) if greedy else None
+        return {"engine": first["engine"], "drafter": first["drafter"], "category": category,
+                "prompts": len(group), "new_tokens": new, "seconds": round(secs, 4),
+                "tokens_per_s": round(_median(r["new_tokens"] / r["seconds"] for r in group), 3),
+                "tokens_per_s_total": round(new / secs, 3),
+                "tau": round(sum(r["emitted"] for r in group) / passes, 4),
+                "alpha": round(sum(r["accepted"] for r in group) / proposed, 4) if proposed else None,
+                "speedup_vs_autoregressive": _round(_median(a["seconds"] / r["seconds"] if a else None
+                                                            for a, r in zip(ar, group))),
+                "outputs_identical_to_autoregressive": identical,
+                "output_ids_sha256": [r["sha256"] for r in group]}
+
+    groups: dict[tuple, list[dict]] = {}
+    overall: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["engine"], r["drafter"], r["category"]), []).append(r)
+        overall.setdefault((r["engine"], r["drafter"]), []).append(r)
+    return ([row(g, key[2]) for key, g in groups.items()], [row(g, "all") for g in overall.values()])
+
+
+def _round(x, nd=4):
+    return None if x is None else round(x, nd)
+
+
+def engine_ratio(records: list[dict]) -> dict | None:
+    """specbook vs transformers plain decoding, median of per-prompt tokens/s ratios, side by side."""
+    sb = {r["id"]: r for r in records if r["engine"] == "specbook" and r["drafter"] == "none"}
+    tf = {r["id"]: r for r in records if r["engine"] == "transformers" and r["drafter"] == "none"}
+    both = [i for i in sb if i in tf]
+    if not both:
+        return None
+    ratios = [tf[i]["seconds"] / sb[i]["seconds"] for i in both]
+    same = sum(sb[i]["sha256"] == tf[i]["sha256"] for i in both)
+    return {"specbook_over_transformers_tokens_per_s_median": round(statistics.median(ratios), 4),
+            "min": round(min(ratios), 4), "max": round(max(ratios), 4), "prompts": len(both),
+            "identical_plain_outputs": same}
+
+
+def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curves: dict) -> str:
+    head = f"{'engine':<13}{'drafter':<10}{'category':<17}{'n':>3}{'tok/s':>8}{'tau':>7}{'alpha':>7}{'speedup':>9}  same"
+    lines = [head, "-" * len(head)]
+    for r in sorted(runs + overall, key=lambda r: (r["engine"], r["drafter"], r["category"] == "all", r["category"])):
+        alpha = "-" if r["alpha"] is None else f"{r['alpha']:.2f}"
+        same = {True: "yes", False: "NO", None: "-"}[r["outputs_identical_to_autoregressive"]]
+        sp = "-" if r["speedup_vs_autoregressive"] is None else f"{r['speedup_vs_autoregressive']:.2f}x"
+        lines.append(f"{r['engine']:<13}{r['drafter']:<10}{r['category']:<17}{r['prompts']:>3}"
+                     f"{r['tokens_per_s']:>8.1f}{r['tau']:>7.2f}{alpha:>7}{sp:>9}  {same}")
+    if ratio:
+        lines.append(f"\nplain decoding, specbook / transformers tokens/s (median of {ratio['prompts']} prompts): "
+                     f"{ratio['specbook_over_transformers_tokens_per_s_median']:.2f} "
+                     f"(range {ratio['min']:.2f}-{ratio['max']:.2f}); identical outputs on "
+                     f"{ratio['identical_plain_outputs']}/{ratio['prompts']} prompts")
+    for engine, c in curves.items():
+        v = c["v"]
+        pick = [n for n in (2, 3, 5, 9, 17) if n <= len(v)]
+        lines.append(f"verify cost {engine:<13} " + "  ".join(f"v({n})={v[n - 1]:.2f}" for n in pick)
+                     + f"   (t(1) = {1000 * c['seconds'][0]:.1f} ms, context {c['context']})")
+    return "\n".join(lines)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m specbook bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--prompts", help="JSON lines with id, category, prompt (default: the built-in 66 prompts)")
+    p.add_argument("--categories", help="comma-separated categories to keep (default: all)")
+    p.add_argument("--limit", type=int, default=2, help="prompts per category, 0 = all (default 2)")
+    p.add_argument("--drafters", default="none,ngram", help=f"comma-separated, from: {', '.join(DRAFTERS)}")
+    p.add_argument("--engines", default="specbook,transformers", help="comma-separated: specbook,transformers")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per verification (default 4)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
+    p.add_argument("--seed", type=int, default=0, help="seed of specbook's sampling generators")
+    p.add_argument("--curve-reps", type=int, default=5, help="repetitions per n of the verify-cost curve, 0 = skip")
+    p.add_argument("--json", dest="json_path", help="write the results here")
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def _names(text: str, allowed, what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise ValueError(f"--{what} is empty")
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        raise ValueError(f"unknown {what} {bad}; available: {', '.join(allowed)}")
+    return list(dict.fromkeys(names))
+
+
+def run_bench(args) -> dict:
+    from .models.smollm2 import load_smollm2, model_dir
+
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.gamma < 1:
+        raise ValueError(f"--gamma must be >= 1, got {args.gamma}")
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
+    engines = _names(args.engines, ENGINES, "engines")
+    for name in args.drafters.split(","):
+        if name.strip():
+            get_drafter(name.strip())  # a clear error for planned or misspelt names
+    drafters = _names("none," + args.drafters, list(DRAFTERS), "drafters")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    prompts = select(load_prompts(args.prompts), args.categories.split(",") if args.categories else None, args.limit)
+    dtype = getattr(torch, args.dtype)
+    model, tokenizer = load_smollm2(args.device, dtype)
+    prompt_ids = [chat_ids(tokenizer, p.prompt) for p in prompts]
+    max_length = min(model.config.max_position_embeddings, max(map(len, prompt_ids)) + args.max_new_tokens + args.gamma + 2)
+
+    combos = []  # (engine object, drafter name, drafter object or generate kwargs)
+    skipped = []
+    if "specbook" in engines:
+        sb = SpecbookEngine(model, max_length)
+        for d in drafters:
+            combos.append((sb, d, get_drafter(d).make(model, tokenizer, gamma=args.gamma, device=args.device, dtype=dtype)))
+    if "transformers" in engines:
+        from transformers import LlamaForCausalLM
+
+        hf = LlamaForCausalLM.from_pretrained(str(model_dir()), dtype=dtype, local_files_only=True).to(args.device)
+        tf = TransformersEngine(hf, tokenizer)
+        for d in drafters:
+            spec = get_drafter(d)
+            kwargs = spec.transformers_kwargs(hf, tokenizer, gamma=args.gamma) if spec.transformers_kwargs else None
+            if kwargs is None:
+                skipped.append({"engine": "transformers", "drafter": d, "reason": "no transformers equivalent"})
+            else:
+                combos.append((tf, d, kwargs))
+
+    machine = machine_info(args.device)
+    for engine, d, obj in combos:  # warm-up: first calls allocate caches and pick kernels
+        engine.run(prompt_ids[0][:32], obj, params, 4, args.gamma, _gen(args, 0))
+    records = []
+    bar = tqdm(total=len(prompts) * len(combos), desc="bench", disable=args.no_progress, file=sys.stderr)
+    for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids)):
+        shift = i % len(combos)
+        for engine, d, obj in combos[shift:] + combos[:shift]:
+            res: RunResult = engine.run(ids, obj, params, args.max_new_tokens, args.gamma, _gen(args, i))
+            records.append({"engine": engine.name, "drafter": d, "id": prompt.id, "category": prompt.category,
+                            "prompt_tokens": len(ids), "new_tokens": len(res.new_ids), "seconds": res.seconds,
+                            "passes": res.passes, "emitted": res.emitted, "proposed": res.proposed,
+                            "accepted": res.accepted, "sha256": ids_sha256(res.new_ids)})
+            bar.update(1)
+    bar.close()
+
+    curves = {}
+    if args.curve_reps:
+        context = prompt_ids[0][:128]
+        if "specbook" in engines:
+            curves["specbook"] = verify_cost_curve(sb.target, context, 17, args.curve_reps)
+        if "transformers" in engines:
+            curves["transformers"] = verify_cost_curve(hf, context, 17, args.curve_reps)
+    if hasattr(os, "getloadavg"):
+        machine["load_average_end"] = round(os.getloadavg()[0], 2)
+    runs, overall = aggregate(records, params.greedy)
+    return {"machine": machine, "target": TARGET_NAME,
+            "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
+                         "gamma": args.gamma, "dtype": args.dtype, "limit": args.limit, "engines": engines,
+                         "drafters": drafters, "prompts_file": args.prompts or "built-in", "seed": args.seed,
+                         "stop_at_eos": False, "command": "python -m specbook bench " + " ".join(args.argv)},
+            "runs": runs, "overall": overall, "skipped": skipped, "engine_ratio": engine_ratio(records),
+            "verify_cost": curves, "per_prompt": records}
+
+
+def _gen(args, i: int) -> torch.Generator | None:
+    if args.temperature == 0:
+        return None
+    return torch.Generator(device=args.device).manual_seed(args.seed * 100_003 + i)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    args.argv = argv
+    try:
+        result = run_bench(args)
+    except ValueError as err:
+        print(f"bench: error: {err}", file=sys.stderr)
+        return 2
+    print(format_table(result["runs"], result["overall"], result["engine_ratio"], result["verify_cost"]))
+    if result["skipped"]:
+        print("skipped: " + "; ".join(f"{s['engine']}/{s['drafter']} ({s['reason']})" for s in result["skipped"]))
+    if args.json_path:
+        Path(args.json_path).write_text(json.dumps(result, indent=1) + "\n")
+        print(f"wrote {args.json_path}")
+    return 0

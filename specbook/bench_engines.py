@@ -1,0 +1,239 @@
+"""What the benchmark runs: a registry of drafters, two engines, and the verify-cost curve.
+
+Shape legend: T prompt length, N new positions in one forward, V vocab.
+
+* **Drafters** are looked up by name in :data:`DRAFTERS`.  An entry knows how to build
+  specbook's drafter for a target model and, where transformers has the same idea built
+  in, which ``generate`` keyword arguments switch it on there.  ``none`` is plain
+  decoding.  A new drafter only registers a factory::
+
+      register_drafter("layerskip", make=lambda model, tokenizer, *, gamma, device, dtype: ...)
+
+* **Engines**: ``specbook`` runs :func:`specbook.decode.generate` /
+  :func:`~specbook.decode.speculative_generate` on the readable Llama
+  (:class:`~specbook.models.LlamaTarget`); ``transformers`` runs transformers' own
+  ``generate`` on ``LlamaForCausalLM`` with the same weights.  Both produce exactly
+  ``max_new_tokens`` tokens and do not stop at the end-of-turn token (as serving
+  benchmarks do with "ignore EOS"), so every run does the same amount of work.
+
+* **Verify cost** v(n) = time of one target forward over n new positions (on top of a
+  cached context) / time over 1 position: the ``verify_cost`` of
+  :func:`specbook.theory.speedup`.  Leviathan et al. (2023, Section 3.4) take v = 1;
+  on a CPU it is a measurement.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .decode import generate, speculative_generate
+from .drafters import NGramDrafter
+from .models import LlamaTarget
+from .sampling import SamplingParams
+
+PLANNED_DRAFTERS = ("layerskip", "draft", "medusa", "eagle")  # named by the benchmark, not yet registered
+
+
+@dataclass(frozen=True)
+class DrafterSpec:
+    """make(model, tokenizer, *, gamma, device, dtype) -> Drafter, or None for plain decoding.
+
+    transformers_kwargs(hf_model, tokenizer, *, gamma) -> extra ``generate`` kwargs, or None
+    when transformers has no equivalent (that engine then skips this drafter).
+    """
+
+    name: str
+    make: Callable
+    transformers_kwargs: Callable | None = None
+    description: str = ""
+
+
+DRAFTERS: dict[str, DrafterSpec] = {}
+
+
+def register_drafter(name: str, make: Callable, *, transformers_kwargs: Callable | None = None,
+                     description: str = "", replace: bool = False) -> DrafterSpec:
+    if not isinstance(name, str) or not name or "," in name:
+        raise ValueError(f"name must be a non-empty string without commas, got {name!r}")
+    if name in DRAFTERS and not replace:
+        raise ValueError(f"drafter {name!r} is already registered (pass replace=True to override)")
+    DRAFTERS[name] = spec = DrafterSpec(name, make, transformers_kwargs, description)
+    return spec
+
+
+def get_drafter(name: str) -> DrafterSpec:
+    if name not in DRAFTERS:
+        planned = f"; {name!r} is planned but not available yet" if name in PLANNED_DRAFTERS else ""
+        raise ValueError(f"unknown drafter {name!r}{planned}; available: {', '.join(DRAFTERS)}")
+    return DRAFTERS[name]
+
+
+register_drafter("none", lambda model, tokenizer, **_: None, transformers_kwargs=lambda hf, tok, **_: {},
+                 description="plain autoregressive decoding (the baseline)")
+register_drafter("ngram", lambda model, tokenizer, **_: NGramDrafter(max_ngram=3),
+                 transformers_kwargs=lambda hf, tok, *, gamma, **_: {"prompt_lookup_num_tokens": gamma,
+                                                                     "max_matching_ngram_size": 3},
+                 description="prompt lookup: longest suffix match of up to 3 tokens (no model)")
+
+
+# --------------------------------------------------------------------------- engines
+
+@dataclass
+class RunResult:
+    """One generation: the new tokens and what it cost."""
+
+    new_ids: list[int]
+    seconds: float
+    passes: int  # target forwards that emitted tokens (specbook: prefill excluded; see tau)
+    emitted: int  # tokens emitted by those passes (can exceed len(new_ids) at the last step)
+    proposed: int  # draft tokens sent to verification
+    accepted: int  # draft tokens accepted
+    extra: dict = field(default_factory=dict)
+
+
+def synchronize(device: torch.device | str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class SpecbookEngine:
+    """specbook's own decoding loop on the readable Llama."""
+
+    name = "specbook"
+
+    def __init__(self, model, max_length: int):
+        self.target = LlamaTarget(model, max_length=max_length)
+        self.device = self.target.device
+
+    def run(self, prompt_ids: list[int], drafter, params: SamplingParams, max_new_tokens: int, gamma: int,
+            generator: torch.Generator | None = None) -> RunResult:
+        prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        synchronize(self.device)
+        t0 = time.perf_counter()
+        if drafter is None:
+            out = generate(self.target, prompt, max_new_tokens, params, generator)
+        else:
+            out = speculative_generate(self.target, drafter, prompt, max_new_tokens, params, gamma, generator)
+        new = out.new_tokens[0].tolist()  # .tolist() waits for the device
+        seconds = time.perf_counter() - t0
+        s = out.stats
+        return RunResult(new, seconds, len(s.accepted_per_step), s.emitted, s.proposed, s.accepted)
+
+
+class TransformersEngine:
+    """transformers' ``generate`` (plain, prompt lookup, assistant model) on ``LlamaForCausalLM``.
+
+    Passes and drafts are counted from the target's forward calls: the first call holds the
+    prompt plus K drafts, every later call the last emitted token plus K drafts.
+    """
+
+    name = "transformers"
+
+    def __init__(self, hf_model, tokenizer):
+        self.model = hf_model.eval()
+        self.tokenizer = tokenizer
+        self.device = next(hf_model.parameters()).device
+        self._widths: list[int] | None = None
+        hf_model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def _count(self, module, args, kwargs):
+        if self._widths is not None:
+            ids = kwargs.get("input_ids", args[0] if args else None)
+            if ids is not None:
+                self._widths.append(int(ids.shape[1]))
+
+    def run(self, prompt_ids: list[int], generate_kwargs: dict, params: SamplingParams, max_new_tokens: int,
+            gamma: int, generator: torch.Generator | None = None) -> RunResult:
+        # transformers' sampling draws from torch's global generator; `generator` cannot be passed in
+        prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        if params.greedy:
+            sampling = dict(do_sample=False, temperature=None, top_k=None, top_p=None)
+        else:
+            sampling = dict(do_sample=True, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
+        self._widths = []
+        synchronize(self.device)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = self.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
+                                      min_new_tokens=None, eos_token_id=None, pad_token_id=self.tokenizer.eos_token_id,
+                                      **sampling, **generate_kwargs)
+        new = out[0, len(prompt_ids):].tolist()
+        seconds = time.perf_counter() - t0
+        widths, self._widths = self._widths, None
+        if len(new) != max_new_tokens:
+            raise RuntimeError(f"transformers generated {len(new)} tokens, expected {max_new_tokens} "
+                               "(did it stop at an end token?)")
+        proposed = (widths[0] - len(prompt_ids)) + sum(w - 1 for w in widths[1:]) if generate_kwargs else 0
+        passes = len(widths)
+        return RunResult(new, seconds, passes, len(new), proposed, len(new) - passes)
+
+
+# --------------------------------------------------------------------------- verify cost
+
+class _HFChain:
+    """The smallest Target-like wrapper of a transformers model: append a chain, crop back."""
+
+    def __init__(self, hf_model):
+        self.model = hf_model
+        self.device = next(hf_model.parameters()).device
+        self.cache, self.length = None, 0
+
+    def reset(self, batch_size: int = 1) -> None:
+        from transformers import DynamicCache
+
+        self.cache, self.length = DynamicCache(), 0
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        n = tokens.shape[1]
+        positions = torch.arange(self.length, self.length + n, device=self.device)[None]
+        out = self.model(input_ids=tokens, position_ids=positions, past_key_values=self.cache, use_cache=True)
+        self.length += n
+        return out.logits
+
+    def rollback(self, lengths) -> None:
+        keep = int(lengths[0])
+        self.cache.crop(keep)
+        self.length = keep
+
+
+def verify_cost_curve(target, context_ids: list[int], max_positions: int = 17, reps: int = 5) -> dict:
+    """Median time of one forward over n = 1..max_positions new positions after ``context_ids``.
+
+    ``target`` is a :class:`LlamaTarget`, or a transformers causal LM (timed through its own
+    ``forward`` with a ``DynamicCache``).  The order of n is rotated every repetition so
+    drifting machine load spreads over all n.  Returns {"n": [...], "seconds": [...],
+    "v": [t(n) / t(1)], "context": len(context_ids), "reps": reps}.
+    """
+    if not isinstance(max_positions, int) or max_positions < 1:
+        raise ValueError(f"max_positions must be an int >= 1, got {max_positions!r}")
+    if not isinstance(reps, int) or reps < 1:
+        raise ValueError(f"reps must be an int >= 1, got {reps!r}")
+    if not context_ids:
+        raise ValueError("context_ids must hold at least one token")
+    chain = target if isinstance(target, LlamaTarget) else _HFChain(target)
+    device = chain.device
+    ctx = torch.tensor([context_ids], dtype=torch.long, device=device)
+    chain.reset(1)
+    chain.forward(ctx)
+    base = torch.tensor([len(context_ids)])
+    fresh = ctx[:, -max_positions:].repeat(1, max_positions)[:, :max_positions]  # (1, max_positions) any tokens
+    ns = list(range(1, max_positions + 1))
+    chain.forward(fresh[:, :1])  # warm-up
+    chain.rollback(base)
+    times: dict[int, list[float]] = {n: [] for n in ns}
+    for rep in range(reps):
+        order = ns[rep % len(ns):] + ns[:rep % len(ns)]
+        for n in order:
+            synchronize(device)
+            t0 = time.perf_counter()
+            chain.forward(fresh[:, :n])
+            synchronize(device)
+            times[n].append(time.perf_counter() - t0)
+            chain.rollback(base)
+    med = [statistics.median(times[n]) for n in ns]
+    return {"n": ns, "seconds": med, "v": [m / med[0] for m in med], "context": len(context_ids), "reps": reps}

