@@ -172,8 +172,11 @@ class ChoiceTree:
              ``(r_0, ..., r_d)`` is the node reached by taking the r_0-th candidate at depth 0,
              then the r_1-th candidate below it, ... .
     parents: (N,) long parent links (-1 = child of the context).
-    depth:   (N,) long.  For Medusa this says which head proposes the node: the head that
-             predicts the token ``depth + 1`` positions after the last cached one.
+    depth:   (N,) long.  For Medusa this says which head proposes the node.  In the decoding
+             loop the root is the pending token (sampled, not yet cached), and the newest
+             hidden state is the one that predicted it; a node at depth d is the token d + 1
+             positions after the pending one, i.e. Medusa head d + 1 (head k predicting k
+             tokens beyond the base model's next token) read at that hidden state.
     rank:    (N,) long, the last entry of each path: which of that head's top-k candidates
              (0 = most likely) the node takes.  For EAGLE-style drafters, which of the draft
              model's top-k continuations of the parent node.
