@@ -1,5 +1,11 @@
 """Drafters: everything that proposes tokens for the target to verify (one idea per file)."""
+from .adaptive import AdaptiveGamma, GammaPolicy
 from .draft_model import DraftModelDrafter
+from .layer_skip import EarlyExitModel, LayerSkipDrafter, exit_layer_agreement
 from .ngram import NGramDrafter
+from .small_model import DraftConfig, ReducedHead, distilled_drafter, load_draft
 
-__all__ = ["DraftModelDrafter", "NGramDrafter"]
+__all__ = [
+    "AdaptiveGamma", "GammaPolicy", "DraftModelDrafter", "EarlyExitModel", "LayerSkipDrafter",
+    "exit_layer_agreement", "NGramDrafter", "DraftConfig", "ReducedHead", "distilled_drafter", "load_draft",
+]

@@ -1,12 +1,31 @@
 """N-gram / prompt-lookup drafting: no model at all (Saxena 2023, "Prompt Lookup Decoding").
 
-Shape legend: B batch, K draft length.
+Shape legend: B batch, K draft length, T context length, n n-gram length.
 
-Find the longest suffix of the context (between ``max_ngram`` and ``min_ngram``
-tokens) that also occurs earlier in the context, and propose the tokens that
-followed its most recent earlier occurrence.  Drafts are deterministic (q is
-one-hot), so verification accepts draft x with probability p(x) and the output
-law is still exactly the target's.
+Find the longest suffix of the context (``max_ngram`` down to ``min_ngram`` tokens)
+that also occurs earlier in the context (prompt and generated text alike), and
+propose the tokens that followed that earlier occurrence.  Drafts are
+deterministic (q is one-hot, ``Draft.probs is None``), so verification accepts
+draft x with probability p(x) and the output law is still exactly the target's.
+
+The index.  Rescanning the whole context for the suffix at every step costs O(T)
+per step and O(T^2) per generation (transformers' ``PromptLookupCandidateGenerator``
+slides a window over the full ``input_ids`` every step).  Here each row keeps a
+hash table ``n-gram -> where it ended``; when the context grows by m tokens only
+the m new n-grams of each length are added, and a lookup is max_ngram dictionary
+probes.  Contexts only ever grow during decoding; if the history shown ever
+disagrees with the one indexed (a new prompt, an edited history) the row's index
+is rebuilt from scratch.
+
+Which occurrence.  ``prefer="latest"`` (default) copies from the most recent
+earlier occurrence, which follows the text's most recent habits;
+``prefer="earliest"`` copies from the first one, the rule transformers uses
+(``tests/test_drafters.py`` checks that the drafts then equal transformers').
+
+Overlapping copies.  When the copied span runs into the end of the context
+(e.g. a line the model is repeating), ``overlap=True`` keeps copying from the
+draft itself, as LZ77 does with overlapping matches: after "x a b a b" with
+suffix "a b" the drafts are "a b a b ..." instead of stopping after two tokens.
 """
 from __future__ import annotations
 
@@ -16,26 +35,95 @@ from ..protocols import Draft
 from ..sampling import SamplingParams
 
 
+class NGramIndex:
+    """Incremental n-gram index of one token history (one row).
+
+    ``table[ngram]`` is the end (exclusive) of the latest / earliest occurrence of
+    ``ngram`` that has a known next token, i.e. an index e with e < len(history).
+    """
+
+    def __init__(self, max_ngram: int, min_ngram: int, prefer: str = "latest"):
+        self.max_ngram, self.min_ngram, self.prefer = max_ngram, min_ngram, prefer
+        self.history: list[int] = []
+        self.table: dict[tuple[int, ...], int] = {}
+
+    def extend(self, tokens: list[int]) -> None:
+        """Append ``tokens`` to the history and index every n-gram that now has a follower."""
+        h = self.history
+        old_len = len(h)
+        h.extend(tokens)
+        latest = self.prefer == "latest"
+        # The n-gram h[e-n:e] becomes indexable when its follower h[e] exists; ends up to
+        # old_len - 1 were indexed before, so only ends old_len .. len(h) - 1 are new.
+        for e in range(max(old_len, 1), len(h)):
+            for n in range(self.min_ngram, min(self.max_ngram, e) + 1):
+                key = tuple(h[e - n:e])
+                if latest or key not in self.table:
+                    self.table[key] = e
+
+    def lookup(self, gamma: int, overlap: bool = True) -> list[int]:
+        """Up to ``gamma`` tokens that followed an earlier occurrence of the longest matching suffix."""
+        h = self.history
+        T = len(h)
+        for n in range(min(self.max_ngram, T - 1), self.min_ngram - 1, -1):
+            e = self.table.get(tuple(h[T - n:]))
+            if e is None:
+                continue
+            if not overlap:
+                return h[e:e + gamma]
+            out: list[int] = []
+            for j in range(gamma):  # h + out is read as one sequence: copying may overlap the draft
+                i = e + j
+                out.append(h[i] if i < T else out[i - T])
+            return out
+        return []
+
+
 class NGramDrafter:
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
-        if not 1 <= min_ngram <= max_ngram:
+    """Prompt-lookup drafter with an incremental per-row n-gram index.
+
+    max_ngram, min_ngram: suffix lengths tried, longest first (1 <= min_ngram <= max_ngram).
+    prefer: "latest" or "earliest" occurrence to copy from (transformers uses "earliest").
+    overlap: keep copying past the end of the context (periodic text); False copies only
+             tokens that exist (transformers' behaviour).
+    """
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, prefer: str = "latest", overlap: bool = True):
+        if not (isinstance(min_ngram, int) and isinstance(max_ngram, int) and 1 <= min_ngram <= max_ngram):
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got min_ngram={min_ngram}, max_ngram={max_ngram}")
-        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        if prefer not in ("latest", "earliest"):
+            raise ValueError(f"prefer must be 'latest' or 'earliest', got {prefer!r}")
+        self.max_ngram, self.min_ngram, self.prefer, self.overlap = max_ngram, min_ngram, prefer, overlap
         self.passes = 0  # no model passes, ever
+        self._rows: list[NGramIndex] = []
+        self._shown: list[torch.Tensor] = []  # the context each row's index was last synced to
+
+    def _sync(self, b: int, context: torch.Tensor) -> NGramIndex:
+        """Bring row b's index up to ``context``; extend it if the context only grew, else rebuild."""
+        if b >= len(self._rows):
+            self._rows.append(NGramIndex(self.max_ngram, self.min_ngram, self.prefer))
+            self._shown.append(context[:0])
+        index, shown = self._rows[b], self._shown[b]
+        n_old = shown.shape[0]
+        grew = context.shape[0] >= n_old and torch.equal(context[:n_old], shown)  # one memcmp, no Python loop
+        if not grew:
+            index = self._rows[b] = NGramIndex(self.max_ngram, self.min_ngram, self.prefer)
+            n_old = 0
+        index.extend(context[n_old:].tolist())
+        self._shown[b] = context
+        return index
 
     def lookup(self, context: list[int], gamma: int) -> list[int]:
-        """Up to ``gamma`` tokens that followed the latest earlier match of the longest suffix."""
-        T = len(context)
-        for n in range(min(self.max_ngram, T - 1), self.min_ngram - 1, -1):
-            suffix = context[T - n :]
-            for start in range(T - n - 1, -1, -1):  # most recent earlier occurrence first
-                if context[start : start + n] == suffix:
-                    return context[start + n : start + n + gamma]
-        return []
+        """Drafts for one history, from a fresh index (for teaching and tests; ``propose`` is incremental)."""
+        index = NGramIndex(self.max_ngram, self.min_ngram, self.prefer)
+        index.extend(list(context))
+        return index.lookup(gamma, self.overlap)
 
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
-        found = [self.lookup(c.tolist(), gamma) for c in contexts]
+        if len(contexts) < len(self._rows):  # a smaller batch: a new generation
+            self._rows, self._shown = [], []
+        found = [self._sync(b, c.detach().cpu()).lookup(gamma, self.overlap) for b, c in enumerate(contexts)]
         K = max(len(f) for f in found)
         # A row with a shorter match is padded by repeating its last token: any deterministic
         # draft is lossless (it is only verified), padding merely costs verify positions.

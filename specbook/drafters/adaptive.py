@@ -1,0 +1,148 @@
+"""Adaptive draft length: choose gamma each step from the acceptance seen so far.
+
+Shape legend: B batch, K draft length, T context length.
+
+A fixed gamma is tuned for one acceptance rate, but acceptance swings within one
+generation: a drafter copying a quoted block is almost always right, the same drafter
+in free-running prose almost never.  ``AdaptiveGamma`` wraps any chain drafter and asks
+it for a different number of tokens each step.  It needs no hook in the decode loop:
+the loop shows every drafter the full history, and the history that comes back after a
+step is the previous context + the accepted drafts + one target token.  So the number
+accepted is the length of the common prefix of the new tokens and the previous draft.
+(The target token that follows a rejection never equals the rejected draft: greedy
+verification emits the argmax, which differed, and the residual max(0, p - q) is zero at
+a token with q(x) > p(x), the only kind that can be rejected.)
+
+Two policies:
+
+* ``"model"`` (default): estimate the per-token acceptance rate alpha from recent steps
+  (exponentially weighted counts of accepted / verified drafts, a Beta-style prior of
+  ``prior`` pseudo-drafts at ``prior_alpha``) and draft the gamma that maximises the
+  predicted speedup E[tokens](alpha, gamma) / (gamma c + v(gamma)) of Leviathan et al.
+  (2023, eq. 1 and Thm 3.8), with the drafter's cost c and the measured verify-cost curve
+  v.  At least ``min_gamma`` tokens are always drafted, so acceptance stays observable.
+* ``"heuristic"``: transformers' assisted-generation schedule (Hugging Face, 2023):
+  +2 after a step whose drafts were all accepted, -1 otherwise.
+
+The loop's ``gamma`` argument is the ceiling: the policy never asks for more.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .. import theory
+from ..protocols import Draft, Drafter
+from ..sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class GammaPolicy:
+    """Settings of the adaptive policy (see the module docstring)."""
+
+    kind: str = "model"
+    c: float = 0.0  # draft step cost / target step cost
+    verify_cost: tuple[float, ...] = ()  # v(gamma) for gamma = 0, 1, ...; beyond the end, the last value; () = 1
+    decay: float = 0.7  # weight of the past per step (0 = only the last step counts)
+    prior: float = 2.0  # pseudo-drafts in the prior
+    prior_alpha: float = 0.5
+    min_gamma: int = 1
+    start_gamma: int = 4  # first step of the heuristic
+
+    def __post_init__(self):
+        if self.kind not in ("model", "heuristic"):
+            raise ValueError(f"kind must be 'model' or 'heuristic', got {self.kind!r}")
+        if not self.c >= 0:
+            raise ValueError(f"c must be >= 0, got {self.c!r}")
+        if any(not v > 0 for v in self.verify_cost):
+            raise ValueError(f"verify_cost entries must be > 0, got {self.verify_cost!r}")
+        if not 0 <= self.decay < 1:
+            raise ValueError(f"decay must be in [0, 1), got {self.decay!r}")
+        if not self.prior > 0 or not 0 < self.prior_alpha < 1:
+            raise ValueError(f"need prior > 0 and 0 < prior_alpha < 1, got {self.prior!r}, {self.prior_alpha!r}")
+        if self.min_gamma < 0 or self.start_gamma < self.min_gamma:
+            raise ValueError(f"need 0 <= min_gamma <= start_gamma, got {self.min_gamma}, {self.start_gamma}")
+
+    def v(self, gamma: int) -> float:
+        if not self.verify_cost:
+            return 1.0
+        return self.verify_cost[min(gamma, len(self.verify_cost) - 1)]
+
+
+def accepted_count(previous: list[int], draft: list[int], current: list[int]) -> int | None:
+    """Drafts accepted in the last step, read off the histories; None if ``current`` does not extend ``previous``."""
+    n = len(previous)
+    if len(current) <= n or current[:n] != previous:
+        return None
+    new = current[n:]
+    a = 0
+    while a < len(draft) and a < len(new) - 1 and new[a] == draft[a]:
+        a += 1
+    return a
+
+
+class AdaptiveGamma:
+    """Wrap a chain drafter; draft a policy-chosen number of tokens (at most the loop's gamma) per step."""
+
+    def __init__(self, drafter: Drafter, policy: GammaPolicy = GammaPolicy()):
+        if not hasattr(drafter, "propose"):
+            raise ValueError(f"drafter must have a propose method, got {type(drafter).__name__}")
+        self.drafter, self.policy = drafter, policy
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the acceptance history (a new workload)."""
+        self._accepted = self._verified = 0.0  # exponentially weighted counts
+        self._heuristic_gamma = self.policy.start_gamma
+        self._last: list[tuple[list[int], list[int]]] | None = None
+        self.history: list[int] = []  # gamma chosen at each step, for plots and tests
+
+    @property
+    def passes(self) -> int:
+        return int(getattr(self.drafter, "passes", 0))
+
+    @property
+    def alpha_estimate(self) -> float:
+        p = self.policy
+        return (self._accepted + p.prior * p.prior_alpha) / (self._verified + p.prior)
+
+    def _observe(self, contexts: list[list[int]]) -> None:
+        if self._last is None or len(self._last) != len(contexts):
+            return
+        outcomes = [accepted_count(prev, draft, cur) for (prev, draft), cur in zip(self._last, contexts)]
+        if any(o is None for o in outcomes):
+            return  # not a continuation of the last step: nothing to learn from
+        p = self.policy
+        acc = sum(outcomes)
+        ver = sum(min(a + 1, len(d)) for a, (_, d) in zip(outcomes, self._last))
+        self._accepted = p.decay * self._accepted + acc
+        self._verified = p.decay * self._verified + ver
+        if p.kind == "heuristic" and ver:
+            all_in = all(a == len(d) for a, (_, d) in zip(outcomes, self._last))
+            self._heuristic_gamma = (self._heuristic_gamma + 2 if all_in
+                                     else max(p.min_gamma, self._heuristic_gamma - 1))
+
+    def choose(self, ceiling: int) -> int:
+        """The draft length for the next step, in [min(min_gamma, ceiling), ceiling]."""
+        p = self.policy
+        if p.kind == "heuristic":
+            self._heuristic_gamma = g = min(self._heuristic_gamma, ceiling)  # never climb far above the ceiling
+        else:
+            best, best_speedup = 0, 1.0 / p.v(0)
+            for g in range(1, ceiling + 1):
+                s = theory.speedup(self.alpha_estimate, g, p.c, p.v(g))
+                if s > best_speedup:
+                    best, best_speedup = g, s
+            g = best
+        return max(min(p.min_gamma, ceiling), min(g, ceiling))
+
+    def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft:
+        rows = [c.tolist() for c in contexts]
+        self._observe(rows)
+        g = self.choose(gamma)
+        self.history.append(g)
+        draft = self.drafter.propose(contexts, g, params, generator)
+        self._last = list(zip(rows, draft.tokens.tolist()))
+        return draft

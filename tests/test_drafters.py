@@ -1,0 +1,353 @@
+"""Chain drafters: prompt lookup, layer skipping, the distilled draft model, HF drafts, adaptive gamma.
+
+Three kinds of tests:
+* no model (about a second each): the incremental n-gram index against a naive rescan and
+  against transformers' prompt-lookup candidates, adaptive-gamma bookkeeping, the reduced
+  vocabulary head, layer skipping and distillation on tiny random Llamas, and exact-law
+  chi-square tests on toy Markov models (each with a broken twin that must be caught);
+* ``@pytest.mark.model`` on SmolLM2-135M-Instruct (float32): every drafter's greedy output
+  equals greedy autoregressive decoding token for token, prompt lookup equals transformers'
+  ``generate(prompt_lookup_num_tokens=...)``, and the law of the first two sampled tokens
+  equals the target's exact law with each drafter (chi-square, plus a broken twin).
+
+Greedy equality and near ties: verification scores K+1 positions in one forward while plain
+decoding scores one, so logits differ by float32 rounding (about 1e-5, see test_models.py).
+Where the target's top two logits are closer than that, the two runs may legitimately pick
+different tokens.  The prompts below were chosen with a top-2 margin of at least
+MIN_MARGIN at every generated position (asserted), so any divergence is a bug; if one ever
+happens, the failure message reports the margin at the first differing token.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from specbook.decode import generate, speculative_generate
+from specbook.drafters import (AdaptiveGamma, DraftModelDrafter, GammaPolicy, LayerSkipDrafter, NGramDrafter,
+                               ReducedHead)
+from specbook.drafters.adaptive import accepted_count
+from specbook.drafters.layer_skip import EarlyExitModel, exit_layer_agreement
+from specbook.drafters.ngram import NGramIndex
+from specbook.drafters.small_model import DraftConfig, build_draft_model, load_draft, save_draft
+from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
+from specbook.sampling import GREEDY, SamplingParams, logits_to_probs
+from specbook.toy import make_toy_pair
+from specbook.train.data import teacher_replies
+from specbook.train.distill import DistillConfig, evaluate, train_draft
+from statfamily import check_fit, check_rejects
+
+MIN_MARGIN = 1e-3  # smallest top-2 logit gap allowed along the greedy reference trajectories
+
+
+def naive_lookup(ctx, gamma, max_n, min_n):
+    """The definition, written the slow way: latest earlier occurrence of the longest suffix."""
+    T = len(ctx)
+    for n in range(min(max_n, T - 1), min_n - 1, -1):
+        for s in range(T - n - 1, -1, -1):
+            if ctx[s:s + n] == ctx[T - n:]:
+                return ctx[s + n:s + n + gamma]
+    return []
+
+
+# ------------------------------------------------------------------------------ n-gram index
+
+def test_ngram_index_equals_naive_rescan_and_is_incremental():
+    rng = random.Random(0)
+    for _ in range(400):
+        V, T = rng.choice([2, 3, 5, 30]), rng.randint(1, 50)
+        ctx = [rng.randrange(V) for _ in range(T)]
+        max_n = rng.randint(1, 4)
+        min_n, gamma = rng.randint(1, max_n), rng.randint(1, 6)
+        expected = naive_lookup(ctx, gamma, max_n, min_n)
+        assert NGramDrafter(max_n, min_n, overlap=False).lookup(ctx, gamma) == expected
+        cuts = sorted(rng.randint(0, T) for _ in range(3))
+        index = NGramIndex(max_n, min_n)
+        for a, b in zip([0, *cuts], [*cuts, T]):  # the history arrives in pieces, as in decoding
+            index.extend(ctx[a:b])
+        assert index.lookup(gamma, overlap=False) == expected
+
+
+def test_ngram_earliest_equals_transformers_prompt_lookup_candidates():
+    from transformers.generation.candidate_generator import PromptLookupCandidateGenerator
+
+    rng = random.Random(1)
+    for _ in range(300):
+        ctx = [rng.randrange(rng.choice([2, 4, 20])) for _ in range(rng.randint(2, 60))]
+        max_n, gamma = rng.randint(1, 4), rng.randint(1, 8)
+        reference = PromptLookupCandidateGenerator(num_output_tokens=gamma, max_matching_ngram_size=max_n,
+                                                   max_length=10**6)
+        candidates, _ = reference.get_candidates(torch.tensor([ctx]))
+        ours = NGramDrafter(max_n, 1, prefer="earliest", overlap=False).lookup(ctx, gamma)
+        assert ours == candidates[0, len(ctx):].tolist(), (ctx, max_n, gamma)
+
+
+def test_ngram_overlapping_copy_continues_a_period():
+    d = NGramDrafter(max_ngram=2)
+    assert d.lookup([9, 1, 2, 1, 2], 5) == [1, 2, 1, 2, 1]  # copies past the end of the context
+    assert NGramDrafter(max_ngram=2, overlap=False).lookup([9, 1, 2, 1, 2], 5) == [1, 2]
+    assert d.lookup([1, 2, 3], 4) == []
+
+
+def test_ngram_propose_indexes_each_token_once_and_rebuilds_on_a_new_history(monkeypatch):
+    fed = []
+    original = NGramIndex.extend
+    monkeypatch.setattr(NGramIndex, "extend", lambda self, toks: (fed.append(len(toks)), original(self, toks))[1])
+    d = NGramDrafter(overlap=False)
+    ctx = torch.tensor([5, 6, 7, 5, 6])
+    for step in range(30):  # a growing history, as the decode loop shows it
+        draft = d.propose([ctx], 3, GREEDY)
+        assert draft.tokens.tolist()[0] == naive_lookup(ctx.tolist(), 3, 3, 1) or draft.num_tokens == 0
+        ctx = torch.cat([ctx, torch.tensor([5 + step % 3, 6])])
+    assert sum(fed) == len(ctx) - 2  # every token indexed exactly once (the last two were never shown)
+    other = torch.tensor([1, 2, 3, 1, 2])
+    assert d.propose([other], 2, GREEDY).tokens.tolist() == [[3, 1]]  # a new prompt: rebuilt, no stale matches
+
+
+def test_ngram_bad_arguments():
+    with pytest.raises(ValueError, match="min_ngram"):
+        NGramDrafter(max_ngram=1, min_ngram=2)
+    with pytest.raises(ValueError, match="prefer"):
+        NGramDrafter(prefer="first")
+
+
+# ------------------------------------------------------------------------------ adaptive gamma
+
+def test_accepted_count_reads_acceptance_off_the_histories():
+    assert accepted_count([1, 2], [3, 4, 5], [1, 2, 3, 4, 9]) == 2
+    assert accepted_count([1, 2], [3, 4, 5], [1, 2, 3, 4, 5, 6]) == 3  # all accepted + bonus
+    assert accepted_count([1, 2], [3, 4, 5], [1, 2, 8]) == 0
+    assert accepted_count([1, 2], [3], [7, 2, 3]) is None  # not a continuation
+
+
+class ScriptedDrafter:
+    """Proposes ``gamma`` copies of token 0: the toy target below accepts them at a set rate."""
+
+    passes = 0
+
+    def propose(self, contexts, gamma, params, generator=None):
+        from specbook.protocols import Draft
+
+        return Draft(torch.zeros(len(contexts), gamma, dtype=torch.long), None)
+
+
+def test_heuristic_policy_grows_after_full_acceptance_and_shrinks_after_a_rejection():
+    a = AdaptiveGamma(ScriptedDrafter(), GammaPolicy(kind="heuristic", start_gamma=2))
+    ctx = [1]
+    for accepted_all in (True, True, False, False, True):
+        g = a.propose([torch.tensor(ctx)], 8, GREEDY).num_tokens
+        ctx = ctx + ([0] * g + [5] if accepted_all else [5])
+    assert a.history == [2, 4, 6, 5, 4]
+
+
+def test_model_policy_follows_the_acceptance_estimate():
+    fast = GammaPolicy(c=0.05, verify_cost=(1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8))
+    a = AdaptiveGamma(ScriptedDrafter(), fast)
+    ctx = [1]
+    for _ in range(6):  # everything accepted: alpha estimate rises, so does gamma
+        g = a.propose([torch.tensor(ctx)], 8, GREEDY).num_tokens
+        ctx = ctx + [0] * g + [5]
+    assert a.alpha_estimate > 0.9 and a.history[-1] == 8 and a.history[0] < 8
+    for _ in range(12):  # nothing accepted: back to the minimum
+        a.propose([torch.tensor(ctx)], 8, GREEDY)
+        ctx = ctx + [5]
+    assert a.alpha_estimate < 0.3 and a.history[-1] == 1
+    with pytest.raises(ValueError, match="kind"):
+        GammaPolicy(kind="magic")
+
+
+@pytest.mark.parametrize("kind", ["model", "heuristic"])
+def test_adaptive_greedy_equals_autoregressive_on_toys(kind):
+    target, draft = make_toy_pair(6, 1, match=0.7, seed=11)
+    prompts = torch.randint(6, (8, 4), generator=torch.Generator().manual_seed(3))
+    plain = generate(target, prompts, 30, GREEDY)
+    for inner in (DraftModelDrafter(draft), NGramDrafter()):
+        adaptive = AdaptiveGamma(inner, GammaPolicy(kind=kind, c=0.1))
+        spec = speculative_generate(target, adaptive, prompts, 30, GREEDY, gamma=6)
+        assert torch.equal(spec.tokens, plain.tokens)
+        if kind == "heuristic":
+            assert len(set(adaptive.history)) > 1  # it really did vary gamma
+
+
+def test_adaptive_gamma_sequence_law_equals_target():
+    """gamma chosen from past acceptance is still lossless: chi-square on whole 3-token sequences."""
+    target, draft = make_toy_pair(4, 1, match=0.5, seed=5)
+    prompt = torch.tensor([1, 2, 1, 2, 3])
+    params = SamplingParams(temperature=0.8)
+    drafter = AdaptiveGamma(DraftModelDrafter(draft), GammaPolicy(c=0.1, prior=1.0))
+    out = speculative_generate(target, drafter, prompt.expand(12_000, -1), 3, params, 4,
+                               torch.Generator().manual_seed(7))
+    check_fit("adaptive gamma, toy draft model", target.sequence_law(prompt.tolist(), 3, params),
+              [tuple(r) for r in out.new_tokens.tolist()])
+
+
+# ------------------------------------------------------------------------------ reduced vocabulary
+
+class MaskedDraft:
+    """A toy draft model whose vocabulary is cut to ``keep`` (logits -inf elsewhere), like ReducedHead.
+
+    ``report_full=True`` is the broken twin: it samples from the cut distribution but reports
+    the uncut one to the verifier."""
+
+    def __init__(self, model, keep, report_full=False):
+        self.model, self.keep, self.report_full = model, torch.tensor(keep), report_full
+        self.vocab_size = model.vocab_size
+
+    def reset(self, b):
+        self.model.reset(b)
+
+    @property
+    def cache_lengths(self):
+        return self.model.cache_lengths
+
+    def rollback(self, lengths):
+        self.model.rollback(lengths)
+
+    def forward(self, tokens, parents=None):
+        logits = self.model.forward(tokens)
+        out = torch.full_like(logits, float("-inf"))
+        out[..., self.keep] = logits[..., self.keep]
+        return out
+
+
+class ReportFullDrafter(DraftModelDrafter):
+    def propose(self, contexts, gamma, params, generator=None):
+        from specbook.protocols import Draft
+        from specbook.sampling import sample
+
+        feed = self._sync(contexts)
+        tokens, probs = [], []
+        for _ in range(gamma):
+            cut = self.model.forward(feed)[:, -1]
+            full = self.model.model.forward(feed)[:, -1]  # same history: the inner model advanced twice
+            self.model.model.rollback(self.model.model.cache_lengths - feed.shape[1])
+            for cached, f in zip(self._cached, feed.tolist()):
+                cached.extend(f)
+            nxt = sample(logits_to_probs(cut, params), generator)
+            tokens.append(nxt)
+            probs.append(logits_to_probs(full, params))
+            feed = nxt[:, None]
+        return Draft(torch.stack(tokens, 1), torch.stack(probs, 1))
+
+
+def test_reduced_vocabulary_draft_is_lossless_and_its_twin_is_caught():
+    target, draft = make_toy_pair(5, 1, match=0.6, seed=2, zero_fraction=0.0)
+    prompt = torch.tensor([1, 2, 3])
+    params = SamplingParams()
+    law = target.sequence_law(prompt.tolist(), 3, params)
+    keep = [0, 2, 3]  # tokens 1 and 4 can never be drafted: q = 0 there, the residual supplies them
+    g = torch.Generator().manual_seed(1)
+    out = speculative_generate(target, DraftModelDrafter(MaskedDraft(draft, keep)), prompt.expand(12_000, -1), 3,
+                               params, 3, g)
+    check_fit("reduced-vocabulary toy draft", law, [tuple(r) for r in out.new_tokens.tolist()])
+    twin = ReportFullDrafter(MaskedDraft(make_toy_pair(5, 1, match=0.6, seed=2, zero_fraction=0.0)[1], keep))
+    bad = speculative_generate(target, twin, prompt.expand(12_000, -1), 3, params, 3, g)
+    check_rejects("reduced vocabulary, uncut q reported", law, [tuple(r) for r in bad.new_tokens.tolist()])
+
+
+def test_reduced_head_scatters_into_the_full_vocabulary():
+    w = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    head = ReducedHead(w, torch.tensor([7, 2, 5]), 9)
+    x = torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    full = head(x)  # (2, 9)
+    assert torch.isinf(full[:, [0, 1, 3, 4, 6, 8]]).all()
+    assert torch.allclose(full[:, [7, 2, 5]], x @ w.t())
+    with pytest.raises(ValueError, match="distinct"):
+        ReducedHead(w, torch.tensor([1, 1, 2]), 9)
+
+
+# ------------------------------------------------------------------------------ tiny random Llamas
+
+TINY = LlamaConfig(vocab_size=97, dim=64, n_layers=4, n_heads=4, n_kv_heads=2, intermediate_size=96,
+                   max_position_embeddings=256, rope_theta=500.0, tie_embeddings=True)
+
+
+def tiny_model(seed=0, std=0.3):
+    return LlamaModel(TINY).init_weights(std=std, generator=torch.Generator().manual_seed(seed)).eval()
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_layer_skip_greedy_equals_autoregressive_and_restores_the_cache(share):
+    model = tiny_model()
+    target = LlamaTarget(model, max_length=96)
+    prompts = torch.randint(97, (3, 6), generator=torch.Generator().manual_seed(4))
+    plain = generate(target, prompts, 40, GREEDY)
+    drafter = LayerSkipDrafter(target, exit_layer=2, share_cache=share)
+    spec = speculative_generate(target, drafter, prompts, 40, GREEDY, gamma=3)
+    assert torch.equal(spec.tokens, plain.tokens)
+    assert drafter.passes == spec.stats.draft_passes > 0
+    # propose() leaves the shared cache exactly as it found it: lengths, and every layer >= exit_layer
+    target.reset(1)
+    target.forward(prompts[:1, :-1])
+    before = target.cache.k.clone()
+    drafter.propose([prompts[0]], 4, GREEDY)
+    assert target.cache_lengths.tolist() == [5] and torch.equal(target.cache.k[2:], before[2:])
+
+
+def test_layer_skip_shared_cache_checks_the_loop_invariant():
+    target = LlamaTarget(tiny_model(), max_length=32)
+    target.reset(1)
+    target.forward(torch.tensor([[1, 2, 3]]))
+    drafter = LayerSkipDrafter(target, exit_layer=1)
+    with pytest.raises(ValueError, match="minus its last token"):
+        drafter.propose([torch.tensor([1, 2])], 2, GREEDY)
+    with pytest.raises(ValueError, match="exit_layer"):
+        LayerSkipDrafter(target, exit_layer=4)
+    with pytest.raises(ValueError, match="bare LlamaModel"):
+        LayerSkipDrafter(target.model, exit_layer=1, share_cache=True)
+
+
+def test_exit_layer_agreement_matches_direct_early_exit():
+    model = tiny_model(1)
+    seqs = [torch.randint(97, (20,), generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    got = exit_layer_agreement(model, seqs, start=5)
+    with torch.no_grad():
+        for L in (1, 3):
+            hits = sum(int((model(s[None], exit_layer=L)[0, 5:].argmax(-1) == model(s[None])[0, 5:].argmax(-1)).sum())
+                       for s in seqs)
+            assert got[L] == hits / 45
+        exit_model = EarlyExitModel(model, 2, max_length=32)
+        exit_model.reset(1)
+        assert torch.allclose(exit_model.forward(seqs[0][None]), model(seqs[0][None], exit_layer=2), atol=1e-5)
+
+
+def tiny_distillation(seed=0):
+    teacher = tiny_model(seed, std=0.5)
+    gen = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(96, (int(n),), generator=gen).tolist() for n in torch.randint(3, 12, (24,), generator=gen)]
+    data = teacher_replies(teacher, prompts, max_new_tokens=10, eos_id=96, top_k=8, batch_size=8, progress=False)
+    return teacher, data
+
+
+def test_teacher_replies_are_the_teachers_greedy_replies_with_its_probabilities():
+    teacher, data = tiny_distillation()
+    target = LlamaTarget(teacher, max_length=64)
+    for ex in data[:4]:
+        P = ex["prompt_length"]
+        plain = generate(target, ex["tokens"][:P].long(), len(ex["tokens"]) - P, GREEDY)
+        assert plain.tokens[0].tolist() == ex["tokens"].tolist()
+        with torch.no_grad():
+            probs = teacher(ex["tokens"][None].long())[0, :-1].softmax(-1)  # (T-1, V)
+        assert torch.allclose(probs.gather(-1, ex["topk_ids"].long()), ex["topk_probs"].float(), atol=2e-3)
+
+
+def test_distillation_lowers_the_loss_is_deterministic_and_round_trips(tmp_path):
+    teacher, data = tiny_distillation()
+    cfg, dcfg = DraftConfig(n_layers=1, init_layers=(0,), draft_vocab=64), DistillConfig(epochs=8, lr=3e-3, batch_tokens=128)
+    draft, losses = train_draft(teacher, data, cfg, dcfg, special_tokens=[96], pad=96, progress=False)
+    again, losses2 = train_draft(teacher, data, cfg, dcfg, special_tokens=[96], pad=96, progress=False)
+    assert losses == losses2 and all(torch.equal(a, b) for a, b in zip(draft.parameters(), again.parameters()))
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5
+    untrained = build_draft_model(teacher, cfg, draft.lm_head.vocab_ids)
+    assert evaluate(draft, data)["all"]["greedy_acceptance"] > evaluate(untrained, data)["all"]["greedy_acceptance"]
+    assert teacher.embed.weight.requires_grad and not any(p.requires_grad for n, p in draft.named_parameters()
+                                                          if not n.startswith("embed."))
+    save_draft(draft, cfg, {"note": "test"}, tmp_path, "tiny", dtype=torch.float32)
+    loaded = load_draft(teacher, tmp_path, "tiny")
+    x = data[0]["tokens"][None].long()
+    with torch.no_grad():
+        assert torch.equal(loaded(x), draft(x))
+    assert torch.isinf(loaded(x)).any()  # the reduced head: -inf outside the draft vocabulary
+    with pytest.raises(ValueError, match="distilled from"):
+        load_draft(tiny_model(7), tmp_path, "tiny")
