@@ -77,12 +77,17 @@ class MarkovLM:
         """After a tree forward, keep only ``indices[b]`` (new-token indices, a root-to-node path) per row."""
         if self._last_start is None:
             raise ValueError("keep() must directly follow forward()")
-        for b, idx in enumerate(indices):
-            idx = torch.as_tensor(idx, dtype=torch.long).reshape(-1)
-            start = int(self._last_start[b])
-            kept = self._history[b, start + idx].clone()
-            self._history[b, start : start + len(idx)] = kept
-            self._lengths[b] = start + len(idx)
+        rows = [torch.as_tensor(idx, dtype=torch.long).reshape(-1) for idx in indices]
+        if len(rows) != len(self._lengths):
+            raise ValueError(f"indices must hold {len(self._lengths)} rows, got {len(rows)}")
+        counts = torch.tensor([len(r) for r in rows], dtype=torch.long)  # (B,)
+        padded = torch.nn.utils.rnn.pad_sequence(rows, batch_first=True) if len(rows) else torch.zeros(0, 0, dtype=torch.long)
+        M = padded.shape[1]
+        start = self._last_start[:, None]  # (B, 1)
+        kept = self._history.gather(1, start + padded)  # (B, M) read everything before writing
+        # row b's slots past counts[b] are beyond its new length: what lands there is never read
+        self._history.scatter_(1, start + torch.arange(M)[None], kept)
+        self._lengths = self._last_start + counts
         self._last_start = None
 
     def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None) -> torch.Tensor:
