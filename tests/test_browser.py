@@ -36,6 +36,7 @@ Kernels run with ``SPECBOOK_FAST=1`` so the lessons take their quick path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -46,7 +47,7 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -73,6 +74,7 @@ CHROMIUM_ARGS = [
 SERVER_START_S = 90
 STEP_S = 60
 RUN_ALL_S = 150
+TEST_BUDGET_S = 300  # hard stop per test (see Watchdog); a passing test takes about a minute
 
 # Console messages at level "error" that are not failures, each with the
 # reason. Keep this list short: anything not matched here fails the test.
@@ -223,6 +225,75 @@ def stop_lab(server: LabServer) -> None:
             server.proc.wait(timeout=wait_s)
 
 
+# --------------------------------------------------------------------------- the watchdog
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc; empty elsewhere)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])  # the name in (...) may hold spaces
+            children.setdefault(ppid, []).append(int(entry))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def _is_playwright_driver(pid: int) -> bool:
+    import playwright
+
+    driver_dir = os.path.realpath(os.path.join(os.path.dirname(playwright.__file__), "driver"))
+    try:
+        return os.path.realpath(f"/proc/{pid}/exe").startswith(driver_dir + os.sep)
+    except OSError:
+        return False
+
+
+class Watchdog:
+    """If a test outlives its budget, kill what it started so that it fails instead of hanging.
+
+    Every playwright wait already has a timeout, but ``evaluate`` has none and a
+    wedged browser or kernel could stall a call forever. On expiry this kills
+    the JupyterLab server with its kernels and the playwright driver with its
+    Chromium (only processes this test process started); the pending playwright
+    call then raises and the test fails with the message below.
+    """
+
+    def __init__(self, budget_s: float, server: LabServer | None = None):
+        self.budget_s, self.server, self.fired = budget_s, server, False
+        self._timer = threading.Timer(budget_s, self._fire)
+        self._timer.daemon = True
+
+    def _fire(self) -> None:
+        self.fired = True
+        sys.stderr.write(f"\nbrowser test: over its {self.budget_s:.0f}s budget; killing server and browser\n")
+        doomed = []
+        if self.server is not None and self.server.proc.poll() is None:
+            doomed += [self.server.proc.pid, *_descendants(self.server.proc.pid)]
+        for pid in _descendants(os.getpid()):
+            if _is_playwright_driver(pid):
+                doomed += [pid, *_descendants(pid)]
+        for pid in doomed:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+    def __enter__(self) -> "Watchdog":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+
+
 # --------------------------------------------------------------------------- the page
 
 @dataclass
@@ -236,6 +307,11 @@ class Lesson:
     console: list[str] = field(default_factory=list)  # every console message, for the artifact log
     errors: list[str] = field(default_factory=list)  # console errors not in the benign list
     shots: list[Path] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    timings: list[str] = field(default_factory=list)  # "step: seconds since the page opened"
+
+    def mark(self, step: str) -> None:
+        self.timings.append(f"{step}: {time.monotonic() - self.started:.1f} s")
 
     def shot(self, step: str, locator=None) -> Path:
         """Screenshot the page (or one element) as test-artifacts/browser/<tag>-NN-<step>.png."""
@@ -246,11 +322,49 @@ class Lesson:
         self.shots.append(path)
         return path
 
+    def shot_widget(self, step: str, output) -> Path:
+        """Screenshot just the widget inside a cell output, cropped to its controls, table and plot."""
+        output.scroll_into_view_if_needed()
+        box = output.evaluate(_WIDGET_BOX_JS)
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{self.tag}-{len(self.shots) + 1:02d}-{step}.png"
+        self.page.screenshot(path=str(path), clip=box, animations="disabled")
+        self.shots.append(path)
+        return path
+
     def write_console_log(self) -> Path:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         path = ARTIFACTS / f"{self.tag}-console.log"
-        path.write_text("\n".join(self.console) + "\n")
+        path.write_text("\n".join(["# timings", *self.timings, "# console", *self.console]) + "\n")
         return path
+
+
+# The union of the boxes of the widget's visible parts, with a margin: the
+# output area itself spans the notebook's full width, mostly empty.
+_WIDGET_BOX_JS = """(root) => {
+    const parts = [...root.querySelectorAll('.widget-slider, .widget-dropdown, .widget-text, .widget-button,'
+        + ' .widget-checkbox, .widget-html, .widget-image, img, table')]
+        .map(el => el.getBoundingClientRect()).filter(r => r.width > 0 && r.height > 0);
+    const pad = 8;
+    const x = Math.max(0, Math.min(...parts.map(r => r.left)) - pad);
+    const y = Math.max(0, Math.min(...parts.map(r => r.top)) - pad);
+    const right = Math.min(window.innerWidth, Math.max(...parts.map(r => r.right)) + pad);
+    const bottom = Math.min(window.innerHeight, Math.max(...parts.map(r => r.bottom)) + pad);
+    return {x, y, width: right - x, height: bottom - y};
+}"""
+
+
+def scroll_cell_to_top(lesson: Lesson, output) -> None:
+    """Bring the cell holding ``output`` to the top of the notebook (code and widget together).
+
+    Cells off screen are laid out lazily (CSS content-visibility), so the first
+    scroll can land short once they get their real heights; scroll until it holds."""
+    for _ in range(5):
+        output.evaluate("el => el.closest('.jp-Cell').scrollIntoView({block: 'start'})")
+        lesson.page.wait_for_timeout(300)
+        if abs(output.evaluate("""el => el.closest('.jp-Cell').getBoundingClientRect().top
+            - el.closest('.jp-WindowedPanel-outer, .jp-Notebook').getBoundingClientRect().top""")) < 4:
+            return
 
 
 def _benign(text: str) -> bool:
@@ -307,10 +421,15 @@ def _menu(page, *labels: str) -> None:
 def open_lesson(page, server: LabServer, name: str, tag: str) -> Lesson:
     """Open a notebook in JupyterLab and wait until its kernel is connected and idle."""
     lesson = Lesson(page, server, name, tag)
+    for stale in ARTIFACTS.glob(f"{tag}-*"):  # screenshots of an earlier run of this lesson
+        stale.unlink()
     _watch_console(lesson)
-    page.goto(server.url(f"/lab/tree/{name}"))
+    # A workspace of its own, reset: JupyterLab would otherwise restore the
+    # tabs (and kernels) of the lessons opened before in the shared default one.
+    page.goto(server.url(f"/lab/workspaces/{tag}/tree/{name}?reset"))
     page.wait_for_function(_KERNEL_READY_JS, timeout=STEP_S * 1000, polling=250)
     page.keyboard.press("Control+b")  # hide the file browser: more room for the lesson
+    lesson.mark("kernel ready")
     return lesson
 
 
@@ -323,6 +442,7 @@ def run_all_cells(lesson: Lesson) -> float:
     _menu(lesson.page, "Run", "Run All Cells")
     lesson.page.wait_for_function(f"() => ({_RUN_STATE_JS})().started", timeout=STEP_S * 1000, polling=100)
     lesson.page.wait_for_function(f"() => ({_RUN_STATE_JS})().over", timeout=RUN_ALL_S * 1000, polling=500)
+    lesson.mark("all cells ran")
     return time.monotonic() - start
 
 
@@ -345,8 +465,10 @@ def log_console_errors(lesson: Lesson) -> list[str]:
     console, so a broken slider shows nothing in the cells or the browser
     console. This opens the log console and reads it.
     """
-    _menu(lesson.page, "View", "Show Log Console")
-    lesson.page.locator(".jp-LogConsolePanel").first.wait_for(state="visible")
+    panel = lesson.page.locator(".jp-LogConsolePanel")
+    if not panel.first.is_visible():
+        _menu(lesson.page, "View", "Show Log Console")
+        panel.first.wait_for(state="visible")
     entries = lesson.page.evaluate(_LOG_ENTRIES_JS)
     return [f"[log console, {level}] {text}" for level, text in entries if level in {"error", "critical"}]
 
@@ -365,6 +487,7 @@ def save_and_read(lesson: Lesson):
     lesson.page.wait_for_function(
         "() => !document.querySelector('.lm-TabBar-tab.lm-mod-current.jp-mod-dirty')",
         timeout=STEP_S * 1000, polling=250)
+    lesson.mark("saved")
     return nbformat.read(lesson.server.root / lesson.name, as_version=4)
 
 
@@ -434,9 +557,18 @@ def wait_until(lesson: Lesson, predicate, timeout_s: float, what) -> None:
         lesson.page.wait_for_timeout(200)  # keeps playwright's event loop (console events) running
 
 
+def wait_kernel_idle(lesson: Lesson) -> None:
+    """Wait for the notebook's kernel to be idle: the output of the last request has arrived
+    (the kernel publishes its outputs before it reports idle)."""
+    lesson.page.wait_for_function(_KERNEL_READY_JS, timeout=STEP_S * 1000, polling=250)
+
+
 def collect_errors(lesson: Lesson, nb) -> list[str]:
     """Everything that went wrong, from every place an error can show up."""
-    return [*lesson.errors, *widget_render_errors(lesson), *cell_output_errors(nb), *log_console_errors(lesson)]
+    wait_kernel_idle(lesson)
+    errors = [*lesson.errors, *widget_render_errors(lesson), *cell_output_errors(nb), *log_console_errors(lesson)]
+    lesson.mark("errors collected")
+    return errors
 
 
 def _fail_report(errors: list[str]) -> str:
@@ -465,6 +597,7 @@ def explorer_output(lesson: Lesson, table_class: str):
     assert out.count() == 1, f"expected one output with table.{table_class}, found {out.count()}"
     out.scroll_into_view_if_needed()
     out.locator("img").first.wait_for(state="visible")
+    lesson.mark("widget rendered")
     return out
 
 
@@ -478,6 +611,10 @@ _CELLS_JS = """(root) => Object.fromEntries(
 def lab(tmp_path_factory):
     """A JupyterLab server over a temporary copy of notebooks/; always shut down."""
     _require_browser_tools()
+    # Import the library (torch and all) while JupyterLab starts: the tests
+    # compute the expected tables and plots in this process.
+    warm = threading.Thread(target=__import__, args=("specbook.widgets",), daemon=True)
+    warm.start()
     server = start_lab(tmp_path_factory.mktemp("jupyterlab"), NOTEBOOKS)
     try:
         yield server
@@ -496,21 +633,27 @@ def chromium():
         try:
             yield browser
         finally:
-            browser.close()
+            with contextlib.suppress(Exception):  # already gone if the watchdog fired
+                browser.close()
 
 
 @pytest.fixture
-def page(chromium):
-    context = chromium.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
-    context.set_default_timeout(STEP_S * 1000)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
+def page(chromium, lab):
+    """A fresh browser context and page, under a watchdog of TEST_BUDGET_S."""
+    with Watchdog(TEST_BUDGET_S, lab) as dog:
+        context = chromium.new_context(viewport={"width": 1400, "height": 1000}, device_scale_factor=1)
+        context.set_default_timeout(STEP_S * 1000)
+        try:
+            yield context.new_page()
+        finally:
+            with contextlib.suppress(Exception):
+                context.close()
+    assert not dog.fired, f"the test ran past its {TEST_BUDGET_S}s budget and was stopped"
 
 
 # --------------------------------------------------------------------------- lesson 3: yield and speedup
 
+@functools.lru_cache(maxsize=None)
 def yield_table_from_theory(alpha: float, gamma: int, c: float, v: float) -> dict[str, str]:
     """What the yield table must show for these inputs, computed here by specbook.theory."""
     from specbook import theory
@@ -526,6 +669,7 @@ def yield_table_from_theory(alpha: float, gamma: int, c: float, v: float) -> dic
     }
 
 
+@functools.lru_cache(maxsize=None)
 def library_yield_plot(alpha: float, gamma: int, c: float, v: float) -> str:
     """SHA-256 of the PNG that specbook's YieldExplorer draws for these inputs, rendered here."""
     from specbook.widgets import YieldExplorer
@@ -560,7 +704,7 @@ def test_yield_lesson_in_jupyterlab(lab, page):
 
             def ok() -> bool:
                 nonlocal want
-                want = yield_table_from_theory(*inputs())
+                want = dict(yield_table_from_theory(*inputs()))
                 return shown() == want
 
             wait_until(lesson, ok, 30, lambda: f"{step}: table {shown()} != theory {want} for {inputs()}")
@@ -582,31 +726,209 @@ def test_yield_lesson_in_jupyterlab(lab, page):
         start_inputs = inputs()
         start_table = expect_theory("as rendered")
         start_plot = expect_library_plot("as rendered")
+        scroll_cell_to_top(lesson, out)
         lesson.shot("explorer")
-        lesson.shot("widget", out)
+        lesson.shot_widget("widget", out)
 
-        press_keys(lesson, sliders["alpha"], "ArrowLeft", 10)  # one step is 0.01
-        assert inputs()[0] == pytest.approx(start_inputs[0] - 0.10, abs=1e-9)
+        press_keys(lesson, sliders["alpha"], "ArrowLeft", 5)  # one step is 0.01
+        assert inputs()[0] == pytest.approx(start_inputs[0] - 0.05, abs=1e-9)
         alpha_table = expect_theory("alpha moved")
         alpha_plot = expect_library_plot("alpha moved")
         assert alpha_table != start_table
-        lesson.shot("alpha-moved", out)
+        lesson.shot_widget("alpha-moved", out)
+        lesson.mark("alpha-moved")
 
         press_keys(lesson, sliders["gamma"], "ArrowRight", 3)
         assert inputs()[1] == start_inputs[1] + 3
         gamma_table = expect_theory("gamma moved")
         gamma_plot = expect_library_plot("gamma moved")
         assert gamma_table != alpha_table and len({start_plot, alpha_plot, gamma_plot}) == 3
-        lesson.shot("gamma-moved", out)
+        lesson.shot_widget("gamma-moved", out)
+        lesson.mark("gamma-moved")
 
         # Back to where we started: the same numbers and, byte for byte, the same picture.
         press_keys(lesson, sliders["gamma"], "ArrowLeft", 3)
-        press_keys(lesson, sliders["alpha"], "ArrowRight", 10)
+        press_keys(lesson, sliders["alpha"], "ArrowRight", 5)
         assert inputs() == pytest.approx(start_inputs)
         assert expect_theory("moved back") == start_table
         wait_until(lesson, lambda: image_digest(out) == start_plot, 30,
                    lambda: "moved back: the plot is not the starting plot")
+        lesson.mark("moved back")
 
         errors = collect_errors(lesson, nb)
         lesson.shot("log-console")
         assert not errors, _fail_report(errors)
+
+
+# --------------------------------------------------------------------------- lesson 2: the rule and its proof
+
+_CHI2_ROWS_JS = """(table) => Object.fromEntries([...table.querySelectorAll('tr[data-rule]')].map(tr => [
+    tr.dataset.rule,
+    Object.fromEntries([...tr.querySelectorAll('[data-key]')].map(td => [td.dataset.key, td.textContent.trim()])),
+]))"""
+
+
+@functools.lru_cache(maxsize=None)
+def library_proof_explorer(match: float, temperature: float, sample_size: int, rule: str, seed: int):
+    """(rows, plot sha256) that specbook's ProofExplorer computes for these controls, here."""
+    import html
+
+    from specbook.widgets import ProofExplorer
+
+    ex = ProofExplorer(match=match, temperature=temperature, sample_size=sample_size, rule=rule, seed=seed)
+    rows = {}
+    for name, body in re.findall(r'<tr data-rule="([^"]+)"[^>]*>(.*?)</tr>', ex.table.value):
+        rows[html.unescape(name)] = {k: html.unescape(v) for k, v in re.findall(r'data-key="(\w+)">([^<]*)<', body)}
+    return rows, hashlib.sha256(ex.plot.value).hexdigest()
+
+
+def test_proof_lesson_in_jupyterlab(lab, page):
+    """Lesson 2 runs in JupyterLab; its chi-square explorer renders and follows keyboard changes."""
+    lesson = open_lesson(page, lab, "02_rule_and_proof.ipynb", "proof")
+    with keep_evidence(lesson):
+        run_all_cells(lesson)
+        nb = save_and_read(lesson)
+        assert not cell_output_errors(nb), _fail_report(cell_output_errors(nb))
+
+        out = explorer_output(lesson, "specbook-chi2-table")
+        table = out.locator("table.specbook-chi2-table")
+        quality = slider(lesson, out, "draft quality")
+        rule_select = out.locator(".widget-dropdown select")
+        assert rule_select.count() == 1, "expected one rule selector"
+
+        def controls() -> tuple[float, float, int, str, int]:
+            return (slider_value(quality), slider_value(slider(lesson, out, "temperature")),
+                    int(slider_value(slider(lesson, out, "sample size"))), rule_select.input_value(),
+                    int(out.locator(".widget-text input").first.input_value()))
+
+        def expect_library(step: str):
+            """Wait until table and histogram are the library's for the controls the page shows."""
+            want_rows, want_plot, got_rows = {}, "", {}
+
+            def ok() -> bool:
+                nonlocal want_rows, want_plot, got_rows
+                want_rows, want_plot = library_proof_explorer(*controls())
+                got_rows = table.evaluate(_CHI2_ROWS_JS)
+                return got_rows == want_rows and image_digest(out) == want_plot
+
+            wait_until(lesson, ok, 60, lambda: f"{step}: page {got_rows} / plot {image_digest(out)} "
+                                               f"!= library {want_rows} / plot {want_plot} for {controls()}")
+            for rule, row in got_rows.items():
+                assert 0.0 <= float(row["pvalue"]) <= 1.0, (rule, row)
+            return got_rows, want_plot
+
+        start = controls()
+        start_rows, start_plot = expect_library("as rendered")
+        assert len(start_rows) >= 2 and all("pvalue" in row for row in start_rows.values())
+        scroll_cell_to_top(lesson, out)
+        lesson.shot("explorer")
+        lesson.shot_widget("widget", out)
+
+        press_keys(lesson, quality, "ArrowRight", 2)  # one step is 0.05
+        assert controls()[0] == pytest.approx(start[0] + 0.10, abs=1e-9)
+        moved_rows, moved_plot = expect_library("draft quality moved")
+        assert [r["pvalue"] for r in moved_rows.values()] != [r["pvalue"] for r in start_rows.values()]
+        assert moved_plot != start_plot
+        lesson.shot_widget("quality-moved", out)
+        lesson.mark("quality-moved")
+
+        # Pick another rule from the selector. (Not with arrow keys: inside a
+        # notebook, ArrowDown on a focused dropdown does not change it.)
+        options = rule_select.locator("option").all_inner_texts()
+        assert len(options) >= 2, options
+        rule_select.select_option(label=next(o for o in reversed(options) if o != start[3]))
+        assert controls()[3] != start[3], "the rule selector did not change"
+        _, rule_plot = expect_library("rule changed")
+        assert rule_plot != moved_plot
+        lesson.shot_widget("rule-changed", out)
+        lesson.mark("rule-changed")
+
+        errors = collect_errors(lesson, nb)
+        lesson.shot("log-console")
+        assert not errors, _fail_report(errors)
+
+
+# --------------------------------------------------------------------------- the detectors can fail
+
+_BROKEN_NOTEBOOK_CELLS = [
+    "import ipywidgets as w\n"
+    "trip = w.IntSlider(description='trip')\n"
+    "trip.observe(lambda change: 1 / 0, names='value')  # fails only when moved in the browser\n"
+    "trip",
+    "from IPython.display import Javascript, display\n"
+    "display(Javascript(\"console.error('specbook harness check')\"))",
+    "raise ValueError('specbook harness check')",
+    "print('never reached')",
+]
+# Shown right after the slider (cell 1): a widget view whose model does not exist.
+_MISSING_MODEL_CELL = (
+    "display({'application/vnd.jupyter.widget-view+json':"
+    " {'model_id': 'no-such-model', 'version_major': 2, 'version_minor': 0}}, raw=True)")
+
+
+def test_browser_checks_catch_broken_notebooks(lab, page):
+    """Broken twin: a notebook with a console error, a cell error and a failing widget
+    callback must trip each detector the lesson tests rely on."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    cells = [_BROKEN_NOTEBOOK_CELLS[0], _MISSING_MODEL_CELL, *_BROKEN_NOTEBOOK_CELLS[1:]]
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
+    nbformat.write(nb, lab.root / "harness_check.ipynb")
+
+    lesson = open_lesson(page, lab, "harness_check.ipynb", "harness-check")
+    with keep_evidence(lesson):
+        run_all_cells(lesson)
+        saved = save_and_read(lesson)
+        press_keys(lesson, slider(lesson, page.locator(".jp-NotebookPanel"), "trip"), "ArrowRight", 1)
+        wait_until(lesson, lambda: bool(log_console_errors(lesson)), 30,
+                   lambda: "the failing widget callback left no error in the log console")
+        errors = collect_errors(lesson, saved)
+        lesson.shot("caught")
+
+    report = "\n".join(errors)
+    assert any("[error]" in e and "specbook harness check" in e for e in lesson.errors), report
+    assert any(e.startswith("[widget]") for e in errors), report
+    assert any(e.startswith("[cell 3] ValueError: specbook harness check") for e in errors), report
+    assert any(e.startswith("[cell 4] did not run") for e in errors), report
+    assert any(e.startswith("[log console, error]") and "ZeroDivisionError" in e for e in errors), report
+
+
+_HANG_SCRIPT = """
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import test_browser as tb
+from playwright.sync_api import Error, sync_playwright
+
+with sync_playwright() as pw:
+    browser = pw.chromium.launch(executable_path=str(tb.CHROMIUM), args=tb.CHROMIUM_ARGS)
+    page = browser.new_page()
+    with tb.Watchdog(2.0) as dog:
+        try:
+            page.evaluate("() => new Promise(() => {})")  # never settles, and evaluate has no timeout
+            print("evaluate returned")
+        except Error as exc:
+            print("raised:", type(exc).__name__)
+    print("fired:", dog.fired)
+    try:
+        browser.close()
+    except Error:
+        pass
+print("left:", [pid for pid in tb._descendants(os.getpid()) if tb._is_playwright_driver(pid)])
+"""
+
+
+def test_watchdog_turns_a_hang_into_a_failure():
+    """A browser call that never returns is ended by the watchdog, in a child process."""
+    _require_browser_tools()
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("the watchdog finds its processes through /proc (Linux)")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", _HANG_SCRIPT, str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - start
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "raised: TargetClosedError" in done.stdout and "fired: True" in done.stdout, done.stdout + done.stderr
+    assert "left: []" in done.stdout, done.stdout
+    assert took < 30, f"the hang took {took:.0f}s to end"
