@@ -192,6 +192,8 @@ def test_length_limits():
         LlamaTarget(ours, max_length=ours.config.max_position_embeddings + 1)
     with pytest.raises(ValueError, match="context"):
         ours(torch.zeros(1, 2, dtype=torch.long), position_ids=torch.tensor([[0, 256]]))
+    with pytest.raises(ValueError, match="token ids"):
+        target.forward(torch.tensor([[0, TINY["vocab_size"]]]))
     cache = KVCache(1, 1, 1, 2, max_length=4)
     with pytest.raises(ValueError, match="max_length"):
         cache.plan(5)

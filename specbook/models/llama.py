@@ -326,6 +326,10 @@ class LlamaModel(nn.Module):
         n_run = self.config.n_layers if exit_layer is None else exit_layer
         if not 0 <= n_run <= self.config.n_layers:
             raise ValueError(f"exit_layer must be in [0, {self.config.n_layers}], got {exit_layer}")
+        if tokens.device.type == "cpu":  # elsewhere this check would stall the device
+            lo, hi = int(tokens.min()), int(tokens.max())
+            if lo < 0 or hi >= self.config.vocab_size:
+                raise ValueError(f"token ids must be in [0, {self.config.vocab_size}), got range [{lo}, {hi}]")
         if logits_to_keep is not None and not 0 <= logits_to_keep <= N:
             raise ValueError(f"logits_to_keep must be in [0, {N}], got {logits_to_keep}")
         if attn_mask is not None and attn_mask.dtype != torch.bool:

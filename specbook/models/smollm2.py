@@ -129,6 +129,8 @@ def fetch(cache: str | Path | None = None, *, force: bool = False, quiet: bool =
         gguf = _download_gguf(tmp / "download", quiet)
         staged = tmp / MODEL_DIRNAME
         _convert(gguf, staged, quiet)
+        if is_fetched(cache) and not force:
+            return target  # another process finished first
         if target.exists():
             shutil.rmtree(target)
         staged.rename(target)  # atomic: a half-written directory is never visible
