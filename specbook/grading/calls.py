@@ -57,7 +57,8 @@ def describe_exception(exc: BaseException) -> str:
         return "raised NotImplementedError: the function is still a stub (fill in the solution)"
     here = os.path.dirname(os.path.abspath(__file__))
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(here)][-2:]
-    where = "; ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno} in {f.name}: {(f.line or '').strip()}" for f in frames)
+    where = "; ".join(f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}: {(f.line or '').strip()}"
+                      for f in frames)
     return f"raised {type(exc).__name__}: {exc}" + (f"  (at {where})" if where else "")
 
 
@@ -166,9 +167,11 @@ def as_token(out: Any) -> int:
 def as_block(out: Any, max_len: int) -> list[int]:
     """The emitted tokens from a verifier's return value: a 1-D integer tensor of 1..max_len entries."""
     if not isinstance(out, torch.Tensor):
-        raise CallFailed("bad output", f"returned a {type(out).__name__} ({_short(out)}); return a 1-D torch.LongTensor")
+        raise CallFailed("bad output",
+                         f"returned a {type(out).__name__} ({_short(out)}); return a 1-D torch.LongTensor")
     if out.dtype == torch.bool or out.is_floating_point() or out.is_complex():
-        raise CallFailed("bad output", f"returned a {out.dtype} tensor {_short(out)}; return a LongTensor of token ids")
+        raise CallFailed("bad output",
+                         f"returned a {out.dtype} tensor {_short(out)}; return a LongTensor of token ids")
     if out.ndim != 1:
         raise CallFailed("bad output", f"returned a tensor of shape {tuple(out.shape)}; return a 1-D tensor of the "
                                        "emitted tokens (no batch dimension)")

@@ -79,12 +79,15 @@ def token_cases() -> tuple[TokenCase, ...]:
     tiny_q = torch.tensor([0.7 + 1e-10, 0.3 - 3e-10, 0.0, 1e-10, 1e-10], dtype=torch.float64)
     big_p, big_q = _large_pair(1)
     return (
-        TokenCase("mixed", "overlapping p and q with zeros in both; draft 5 has p = 0", mixed_p, mixed_q, 4000),
-        TokenCase("one-hot draft", "deterministic draft (q one-hot, as from n-gram lookup), float32", onehot_p, onehot_q, 2000),
+        TokenCase("mixed", "overlapping p and q with zeros in both; draft 5 has p = 0",
+                  mixed_p, mixed_q, 4000),
+        TokenCase("one-hot draft", "deterministic draft (q one-hot, as from n-gram lookup), float32",
+                  onehot_p, onehot_q, 2000),
         TokenCase("disjoint", "p and q have disjoint supports: every draft is rejected",
                   _t([0.5, 0.3, 0.2, 0.0, 0.0]), _t([0.0, 0.0, 0.0, 0.6, 0.4]), 1000),
         TokenCase("p == q", "identical distributions: every draft is accepted", same, same.clone(), 300),
-        TokenCase("tiny", "probabilities of 1e-10 and a residual of total mass 2e-10", tiny_p, tiny_q, 1200, drafts="cycled"),
+        TokenCase("tiny", "probabilities of 1e-10 and a residual of total mass 2e-10", tiny_p, tiny_q, 1200,
+                  drafts="cycled"),
         TokenCase("large vocab", f"V = {LARGE_VOCAB}, float32, top-k truncated (smoke test)", big_p[0], big_q[0], 12,
                   statistical=False),
     )
@@ -112,9 +115,11 @@ def chain_cases() -> tuple[ChainCase, ...]:
     tiny_q = torch.tensor([[0.7 + 1e-10, 0.3 - 3e-10, 0.0, 1e-10, 1e-10]], dtype=torch.float64)
     big_p, big_q = _large_pair(5)
     return (
-        ChainCase("mixed K=3", "position-dependent p_i and q_i with zeros; the bonus row differs", mixed_p, mixed_q, 3000),
+        ChainCase("mixed K=3", "position-dependent p_i and q_i with zeros; the bonus row differs",
+                  mixed_p, mixed_q, 3000),
         ChainCase("one-hot K=2", "deterministic drafts (one-hot q), float32", onehot_p, onehot_q, 1500),
-        ChainCase("p == q K=2", "identical distributions: all drafts accepted, then the bonus", same_p, same_p[:2].clone(), 300),
+        ChainCase("p == q K=2", "identical distributions: all drafts accepted, then the bonus",
+                  same_p, same_p[:2].clone(), 300),
         ChainCase("disjoint K=1", "disjoint supports: the first draft is always rejected", disj_p, disj_q, 600),
         ChainCase("tiny K=1", "draft 4 has p = 0 and q = 1e-10; the residual has total mass 2e-10",
                   tiny_p, tiny_q, 600, draft_tokens=(4,)),

@@ -75,7 +75,8 @@ CORRECT_TOKEN_RULES = (
     Entry("inverse CDF", "u * q(x) < p(x); residual by searchsorted on its CDF", rule_inverse_cdf),
     Entry("multinomial", "u < p(x)/q(x); normalised residual to torch.multinomial", rule_multinomial),
     Entry("Gumbel-max", "1 - u <= p/q; residual by argmax(log r + Gumbel noise)", rule_gumbel),
-    Entry("unnormalised residual", "unnormalised max(0, p - q) to torch.multinomial; returns a tensor", rule_unnormalised),
+    Entry("unnormalised residual", "unnormalised max(0, p - q) to torch.multinomial; returns a tensor",
+          rule_unnormalised),
 )
 
 

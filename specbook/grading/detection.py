@@ -4,8 +4,9 @@ Three measurements, all printed by ``python -m specbook.grading``:
 
 * **null simulation**: the checker's whole statistical family evaluated on data
   drawn from the exact lossless law (vectorised: the drafts as the checker draws
-  them, the outputs by the modified rejection sampler vectorised over all calls
-  at once, in numpy, independently of the library's verifier), many replicates: the fraction of reports that fail estimates
+  them, the outputs by the modified rejection sampler vectorised over all
+  calls at once, in numpy, independently of the library's verifier), many
+  replicates: the fraction of reports that fail estimates
   the family-wise false-alarm rate, which Holm bounds by alpha = 1e-3;
 * **correct implementations** (``catalogue.CORRECT_*``) checked over many seeds;
 * **broken implementations** (``catalogue.BROKEN_*``) checked over many seeds,
@@ -17,6 +18,7 @@ Three measurements, all printed by ``python -m specbook.grading``:
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
@@ -162,6 +164,7 @@ def run_entries(checker, entries, seeds: range, full_seeds: int = 0, fail_fast: 
                 failed += 1
                 f = rep.failures[0]
                 caught.append(f"{f.case}: {f.name}")
+        print(f"  {e.name}: {failed}/{len(seeds)} failed, {statistics.fmean(secs):.2f} s/check", file=sys.stderr, flush=True)
         row = Row(e.name, e.description, failed, len(seeds), statistics.fmean(secs),
                   max(set(caught), key=caught.count) if caught else "")
         if full_seeds:

@@ -74,7 +74,8 @@ def call_failure(case_name: str, err: CallFailed, where: str, calls: int, planne
         "modified input": "Work on copies (x = x.clone()) or out-of-place operations; callers reuse these tensors.",
     }
     return Check("function runs and returns well-formed output", case_name, "property", FAIL,
-                 reason=f"{where}: {err.message}", hint=hints.get(err.kind, ""), evidence=(("rare", 1, calls, planned),))
+                 reason=f"{where}: {err.message}", hint=hints.get(err.kind, ""),
+                 evidence=(("rare", 1, calls, planned),))
 
 
 def too_slow(case_name: str, calls: int, budget: float, planned: int) -> Check:

@@ -153,7 +153,8 @@ class Report:
                 f"<td style='text-align:left'>{detail}</td></tr>")
         border = colour[PASS] if self.passed else colour[FAIL]
         return (f"<div style='border-left:4px solid {border};padding-left:8px'><p>{head}</p>"
-                "<table><thead><tr><th>verdict</th><th>case</th><th>check</th><th>p-value</th><th>detail</th></tr></thead>"
+                "<table><thead><tr><th>verdict</th><th>case</th><th>check</th><th>p-value</th><th>detail</th>"
+                "</tr></thead>"
                 f"<tbody>{''.join(rows)}</tbody></table></div>")
 
 

@@ -60,7 +60,8 @@ def _collect(case: TokenCase, call, fn_gen, draft_gen, deadline) -> Collected:
             if not (torch.equal(tp, p) and torch.equal(dp, q)):
                 raise CallFailed("modified input", "modified target_probs or draft_probs in place")
         except CallFailed as err:
-            return Collected(drafts[:i], out[:i], i + 1, call_failure(case.name, err, where, i + 1, case.n))
+            failure = call_failure(case.name, err, where, i + 1, case.n)
+            return Collected(drafts[:i], out[:i], i + 1, failure)
         out[i] = y
     return Collected(np.asarray(drafts, dtype=np.int64), out, case.n)
 

@@ -66,7 +66,8 @@ def _collect(case: ChainCase, call, fn_gen, draft_gen, deadline) -> Collected:
             if not (torch.equal(tp, p) and torch.equal(dp, q) and torch.equal(dt, drafts[i])):
                 raise CallFailed("modified input", "modified target_probs, draft_probs or draft_tokens in place")
         except CallFailed as err:
-            return Collected(drafts[:i].numpy(), (blocks[:i], lengths[:i]), i + 1, call_failure(case.name, err, where, i + 1, case.n))
+            failure = call_failure(case.name, err, where, i + 1, case.n)
+            return Collected(drafts[:i].numpy(), (blocks[:i], lengths[:i]), i + 1, failure)
         blocks[i, : len(out)] = out
         lengths[i] = len(out)
     return Collected(drafts.numpy(), (blocks, lengths), case.n)
