@@ -351,3 +351,171 @@ def test_distillation_lowers_the_loss_is_deterministic_and_round_trips(tmp_path)
     assert torch.isinf(loaded(x)).any()  # the reduced head: -inf outside the draft vocabulary
     with pytest.raises(ValueError, match="distilled from"):
         load_draft(tiny_model(7), tmp_path, "tiny")
+
+
+# ------------------------------------------------------------------------------ SmolLM2-135M-Instruct
+
+GREEDY_PROMPTS = [
+    "Change the name of the function below from calc to compute_total and return the whole code.\n\n"
+    "```python\ndef calc(prices, tax):\n    total = sum(prices)\n    return total * (1 + tax)\n```",
+    "Give two reasons why people keep a diary.",
+]
+N_NEW = 24
+EXIT_LAYER = 24  # any L is lossless; a deep exit accepts often enough that drafts are exercised
+SAMPLING = SamplingParams(temperature=1.0, top_k=3)
+N_SAMPLES = 200
+
+
+@pytest.fixture(scope="module")
+def real():
+    from specbook.models.smollm2 import load_smollm2
+    from specbook.train.data import chat_ids
+
+    model, tokenizer = load_smollm2()
+    target = LlamaTarget(model, max_length=160)
+    prompts = [chat_ids(tokenizer, text) for text in GREEDY_PROMPTS]
+    plain = [generate(target, torch.tensor([p]), N_NEW, GREEDY).new_tokens[0].tolist() for p in prompts]
+    return model, tokenizer, target, prompts, plain
+
+
+def top2_margins(model, prompt: list[int], new: list[int]) -> torch.Tensor:
+    """Gap between the target's two best logits at each generated position (one teacher-forced pass)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + new]))[0, len(prompt) - 1:-1]  # (N_NEW, V)
+    top = logits.topk(2, dim=-1).values
+    return top[:, 0] - top[:, 1]
+
+
+def real_drafter(name, model, tokenizer, target):
+    from specbook.drafters.hf_draft import hf_drafter
+    from specbook.drafters.small_model import distilled_drafter
+
+    if name == "ngram":
+        return NGramDrafter()
+    if name == "ngram-earliest":
+        return NGramDrafter(prefer="earliest", overlap=False)
+    if name == "layerskip-shared":
+        return LayerSkipDrafter(target, EXIT_LAYER)
+    if name == "layerskip-own-cache":
+        return LayerSkipDrafter(target, EXIT_LAYER, share_cache=False)
+    if name == "distilled":
+        return distilled_drafter(target)
+    if name == "adaptive-distilled":
+        return AdaptiveGamma(distilled_drafter(target), GammaPolicy(c=0.15))
+    if name == "hf-draft":  # a real transformers model: SmolLM2 cut to its first 6 blocks
+        from transformers import LlamaForCausalLM
+        from transformers.utils import logging
+
+        from specbook.models.smollm2 import model_dir
+
+        level = logging.get_verbosity()
+        logging.set_verbosity_error()  # the unused blocks' weights are reported, expectedly
+        try:
+            hf = LlamaForCausalLM.from_pretrained(str(model_dir()), num_hidden_layers=6, local_files_only=True)
+        finally:
+            logging.set_verbosity(level)
+        return hf_drafter(hf.eval(), tokenizer)
+    raise KeyError(name)
+
+
+@pytest.mark.model
+def test_reference_trajectories_have_no_near_ties(real):
+    model, _, _, prompts, plain = real
+    for p, new in zip(prompts, plain):
+        assert top2_margins(model, p, new).min().item() >= MIN_MARGIN
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", ["ngram", "ngram-earliest", "layerskip-shared", "layerskip-own-cache", "distilled",
+                                  "adaptive-distilled", "hf-draft"])
+def test_greedy_speculative_equals_greedy_autoregressive_on_smollm2(real, name):
+    model, tokenizer, target, prompts, plain = real
+    drafter = real_drafter(name, model, tokenizer, target)
+    accepted = 0
+    for p, ref in zip(prompts, plain):
+        out = speculative_generate(target, drafter, torch.tensor([p]), N_NEW, GREEDY, gamma=4)
+        got = out.new_tokens[0].tolist()
+        accepted += out.stats.accepted
+        if got != ref:
+            i = next(j for j, (a, b) in enumerate(zip(got, ref)) if a != b)
+            margin = top2_margins(model, p, ref)[i].item()
+            kind = ("a float32 near tie (batched vs one-token numerics)" if margin < MIN_MARGIN
+                    else "NOT a near tie: a real bug")
+            pytest.fail(f"{name}: token {i} differs ({got[i]} vs greedy {ref[i]}); the target's top-2 logit "
+                        f"margin there is {margin:.2e}: {kind}")
+    assert accepted > 0  # the drafts were really exercised
+
+
+@pytest.mark.model
+def test_prompt_lookup_equals_transformers_prompt_lookup(real):
+    from transformers import LlamaForCausalLM
+
+    from specbook.models.smollm2 import model_dir
+
+    model, tokenizer, target, prompts, plain = real
+    hf = LlamaForCausalLM.from_pretrained(str(model_dir()), local_files_only=True).float().eval()
+    for p, ref in zip(prompts, plain):
+        with torch.no_grad():
+            theirs = hf.generate(torch.tensor([p]), attention_mask=torch.ones(1, len(p), dtype=torch.long),
+                                 do_sample=False, max_new_tokens=N_NEW, prompt_lookup_num_tokens=4,
+                                 max_matching_ngram_size=3, pad_token_id=tokenizer.eos_token_id)[0, len(p):].tolist()
+        for drafter in (NGramDrafter(max_ngram=3), NGramDrafter(max_ngram=3, prefer="earliest", overlap=False)):
+            ours = speculative_generate(target, drafter, torch.tensor([p]), N_NEW, GREEDY, gamma=4).new_tokens[0].tolist()
+            assert ours[:len(theirs)] == theirs  # transformers stops at the end token, we do not
+            assert ours == ref
+
+
+def two_token_law(model, prompt: list[int], params: SamplingParams) -> dict:
+    """Exact law of the first two sampled tokens (float64 products of the target's processed probabilities)."""
+    with torch.no_grad():
+        p1 = logits_to_probs(model(torch.tensor([prompt]))[0, -1], params).double()
+        first = p1.nonzero().flatten().tolist()
+        p2 = logits_to_probs(model(torch.tensor([prompt + [x] for x in first]))[:, -1], params).double()
+    return {(x, y): float(p1[x] * p2[i, y]) for i, x in enumerate(first) for y in p2[i].nonzero().flatten().tolist()}
+
+
+class MisreportingDrafter(DraftModelDrafter):
+    """Broken twin: samples drafts at temperature 0.3 but reports q under the step's own params
+    (the "sampling parameters applied to one side only" pitfall)."""
+
+    def propose(self, contexts, gamma, params, generator=None):
+        from specbook.protocols import Draft
+        from specbook.sampling import sample
+
+        feed = self._sync(contexts)
+        tokens, probs = [], []
+        for _ in range(gamma):
+            logits = self.model.forward(feed)[:, -1]
+            for cached, f in zip(self._cached, feed.tolist()):
+                cached.extend(f)
+            nxt = sample(logits_to_probs(logits, SamplingParams(temperature=0.3, top_k=params.top_k)), generator)
+            tokens.append(nxt)
+            probs.append(logits_to_probs(logits, params))
+            feed = nxt[:, None]
+        return Draft(torch.stack(tokens, 1), torch.stack(probs, 1))
+
+
+@pytest.mark.model
+@pytest.mark.parametrize("name", ["ngram", "layerskip-shared", "distilled", "twin: draft sampled colder than its q"])
+def test_sampled_law_equals_target_on_smollm2(real, name):
+    from specbook.drafters.small_model import load_draft
+
+    model, tokenizer, _, _, _ = real
+    prompt = tokenizer.encode("go go go go")
+    target = LlamaTarget(model, max_length=16)
+    if name == "ngram":
+        drafter = NGramDrafter()
+    elif name == "layerskip-shared":
+        drafter = LayerSkipDrafter(target, EXIT_LAYER)
+    elif name == "distilled":
+        drafter = DraftModelDrafter(LlamaTarget(load_draft(model), max_length=16))
+    else:
+        drafter = MisreportingDrafter(EarlyExitModel(model, EXIT_LAYER, max_length=16))
+    out = speculative_generate(target, drafter, torch.tensor([prompt]).expand(N_SAMPLES, -1), 2, SAMPLING, gamma=2,
+                               generator=torch.Generator().manual_seed(11))
+    assert out.stats.proposed > 0
+    law, observed = two_token_law(model, prompt, SAMPLING), [tuple(r) for r in out.new_tokens.tolist()]
+    if name.startswith("twin"):
+        check_rejects(f"SmolLM2, {name}", law, observed)
+    else:
+        check_fit(f"SmolLM2 two-token law, {name} drafter", law, observed)

@@ -68,6 +68,25 @@ SUMMARIZE = [
     "List the key points of this documentation as bullet points:\n\n{text}",
     "What is the main purpose described in this text?\n\n{text}",
 ]
+DOC_QA = [
+    "Read the documentation and answer the question.\n\nDocumentation:\n{text}\n\nQuestion: What does it return?",
+    "Use only the text below to answer.\n\n{text}\n\nQuestion: Which arguments or options are mentioned, "
+    "and what do they do?",
+    "Documentation:\n{text}\n\nBased on this documentation, when would a programmer use it?",
+]
+CODE_JSON = [
+    "Describe this function as a JSON object with the keys \"name\", \"parameters\" (a list of strings) "
+    "and \"summary\". Answer with JSON only.\n\n```python\n{code}\n```",
+    "Return a JSON object listing the function name and every variable assigned in this code, as "
+    "{{\"function\": ..., \"variables\": [...]}}.\n\n```python\n{code}\n```",
+]
+ARITHMETIC = [
+    "A train travels {a} kilometres in {b} hours. What is its average speed? Explain your reasoning.",
+    "Maria buys {b} notebooks at {c} euros each and pays with a {d}-euro note. How much change does she get?",
+    "A recipe needs {c} eggs for {b} people. How many eggs are needed for {a} people? Show the steps.",
+    "What is {a} multiplied by {c}, minus {b}? Work it out step by step.",
+    "A garden is {a} metres long and {b} metres wide. What is its area and its perimeter?",
+]
 CHAT_TOPICS = [
     "how a refrigerator keeps food cold", "why leaves change colour in autumn", "how tides work",
     "what a compiler does", "how to brew a good cup of tea", "the rules of tic-tac-toe",
@@ -91,7 +110,7 @@ CHAT = [
 @dataclass(frozen=True)
 class Prompt:
     id: str  # stable across runs: source + object + template index
-    category: str  # "code-edit", "code-explain", "summarize" or "chat"
+    category: str  # code-edit, code-explain, code-json, summarize, doc-qa, chat, arithmetic
     text: str
 
     @property
@@ -122,16 +141,16 @@ def stdlib_snippets() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef) and 6 <= node.end_lineno - node.lineno + 1 <= 30:
                 code = ast.get_source_segment(source, node, padded=True)  # methods keep their indent
-                if code and len(code) <= 1500:
+                if code and len(code) <= 1200:
                     functions.append((f"{mod}:{node.name}:{node.lineno}", textwrap.dedent(code)))
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
                 doc = ast.get_docstring(node)
                 if doc and len(doc) >= 300:
-                    docs.append((f"{mod}:{getattr(node, 'name', '<module>')}:{getattr(node, 'lineno', 0)}", doc[:1200]))
+                    docs.append((f"{mod}:{getattr(node, 'name', '<module>')}:{getattr(node, 'lineno', 0)}", doc[:800]))
     return functions, docs
 
 
-def all_prompts(per_category: int = 200, seed: int = 0) -> list[Prompt]:
+def all_prompts(per_category: int = 60, seed: int = 0) -> list[Prompt]:
     """``per_category`` prompts of each category (fewer if the sources run out), in a fixed order."""
     functions, docs = stdlib_snippets()
     rng = random.Random(seed)
@@ -154,6 +173,14 @@ def all_prompts(per_category: int = 200, seed: int = 0) -> list[Prompt]:
     pick(functions, CODE_EXPLAIN, "code-explain", "code")
     pick(docs, SUMMARIZE, "summarize", "text")
     pick([(str(i), topic) for i, topic in enumerate(CHAT_TOPICS)], CHAT, "chat", "topic", once=False)
+    pick(docs, DOC_QA, "doc-qa", "text")
+    pick(functions, CODE_JSON, "code-json", "code")
+    numbers = random.Random(seed + 1)
+    for i in range(per_category):
+        t = i % len(ARITHMETIC)
+        a, b, c = numbers.randint(12, 480), numbers.randint(2, 9), numbers.randint(2, 15)
+        out.append(Prompt(f"arithmetic/{t}/{i}", "arithmetic",
+                          ARITHMETIC[t].format(a=a, b=b, c=c, d=10 * (b * c // 10 + 1))))
     return out
 
 
@@ -192,7 +219,7 @@ def chat_ids(tokenizer, text: str) -> list[int]:
 
 @torch.no_grad()
 def teacher_replies(model, prompt_ids: list[list[int]], max_new_tokens: int, eos_id: int, top_k: int = 16,
-                    batch_size: int = 16, progress: bool = True) -> list[dict]:
+                    batch_size: int = 32, progress: bool = True) -> list[dict]:
     """Greedy replies of ``model`` (a LlamaModel) with its top-k next-token probabilities everywhere.
 
     Returns, per prompt: ``tokens`` (T,) int32 = prompt + reply (EOS included if reached),
@@ -247,7 +274,7 @@ def teacher_replies(model, prompt_ids: list[list[int]], max_new_tokens: int, eos
 
 
 def distillation_set(model, tokenizer, prompts: list[Prompt], *, max_new_tokens: int = 96, top_k: int = 16,
-                     batch_size: int = 16, cache_dir: str | Path | None = None, progress: bool = True) -> list[dict]:
+                     batch_size: int = 32, cache_dir: str | Path | None = None, progress: bool = True) -> list[dict]:
     """``teacher_replies`` for ``prompts`` (chat template applied), cached on disk by content.
 
     The cache key covers the prompt texts, the generation settings and the target's weights, so a

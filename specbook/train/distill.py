@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from ..drafters.small_model import WEIGHTS_DIR, DEFAULT_NAME, DraftConfig, build_draft_model, save_draft
 from ..models.llama import LlamaModel
-from .data import all_prompts, distillation_set, prompts_digest
+from .data import all_prompts, check_disjoint, distillation_set, prompts_digest
 
 
 @dataclass(frozen=True)
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specbook.train.distill", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     d, c = DraftConfig(), DistillConfig()
-    parser.add_argument("--per-category", type=int, default=200, help="prompts per category (train + held-out)")
+    parser.add_argument("--per-category", type=int, default=60, help="prompts per category (train + held-out)")
     parser.add_argument("--max-new-tokens", type=int, default=96, help="length of each teacher reply")
     parser.add_argument("--top-k", type=int, default=16, help="teacher probabilities kept per position")
     parser.add_argument("--layers", type=str, default=",".join(map(str, d.init_layers)),
@@ -197,14 +197,20 @@ def main(argv: list[str] | None = None) -> int:
     target, tokenizer = load_smollm2()
     target.requires_grad_(False)
     prompts = all_prompts(args.per_category)
-    t0 = time.perf_counter()
+    try:  # evaluation prompts must never be training text
+        from ..bench_workloads import load_prompts
+    except ImportError:
+        pass
+    else:
+        check_disjoint(prompts, [p.prompt for p in load_prompts()])
+    t0, c0 = time.perf_counter(), time.process_time()
     data = distillation_set(target, tokenizer, prompts, max_new_tokens=args.max_new_tokens, top_k=args.top_k)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     train = [e for e, p in zip(data, prompts) if not p.heldout]
     held = [e for e, p in zip(data, prompts) if p.heldout]
     special = sorted({tokenizer.eos_token_id, *tokenizer.all_special_ids})
     draft, losses = train_draft(target, train, draft_config, config, special, pad=tokenizer.eos_token_id)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     before = evaluate(build_draft_model(target, draft_config, draft.lm_head.vocab_ids), held)
     after = evaluate(draft, held)
     coverage = float(torch.isin(torch.cat([e["tokens"][e["prompt_length"]:] for e in held]).long(),
@@ -218,10 +224,12 @@ def main(argv: list[str] | None = None) -> int:
         "final_loss": sum(losses[-20:]) / max(1, len(losses[-20:])),
         "heldout_reply_coverage": coverage, "heldout_before": before, "heldout_after": after,
         "data_seconds": round(t1 - t0, 1), "train_seconds": round(t2 - t1, 1), "threads": torch.get_num_threads(),
+        "data_cpu_seconds": round(c1 - c0, 1), "train_cpu_seconds": round(c2 - c1, 1),
         "python": platform.python_version(), "torch": torch.__version__,
     }
     path = save_draft(draft, draft_config, meta, args.out, args.name)
-    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB); data {t1 - t0:.0f} s, training {t2 - t1:.0f} s")
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB); data {t1 - t0:.0f} s, training {t2 - t1:.0f} s "
+          f"(CPU time {c1 - c0:.0f} s and {c2 - c1:.0f} s on {torch.get_num_threads()} threads)")
     print(f"held-out reply tokens inside the draft vocabulary: {coverage:.3f}")
     for key in after:
         b, a = before[key], after[key]
