@@ -1,0 +1,346 @@
+"""EAGLE: a one-layer autoregressive head over the target's features (Li et al., 2024).
+
+Shape legend: B batch, T context length, N nodes fed in one head pass, D width, Vd draft
+vocabulary, V target vocabulary, k top-k per expansion.
+
+Li, Wei, Zhang & Zhang, "EAGLE: Speculative Sampling Requires Rethinking Feature
+Uncertainty" (ICML 2024, arXiv:2401.15077), sec. 3: drafting is autoregressive at the
+*feature* level.  With z_t the target's feature at position t (its last hidden state after
+the final norm, what its LM head reads) and e(x) the target's frozen token embedding,
+
+    zhat_{t+1} = Block( W_fc [z_t ; e(x_{t+1})] ),    draft logits = W_lm zhat_{t+1}
+
+The token x_{t+1} ("one step shifted") removes the uncertainty of which token was actually
+sampled after z_t.  Drafting continues by feeding (zhat, drafted token) pairs.  Block is
+one Llama decoder layer (pre-norm attention with rotary positions, then a SwiGLU MLP, as in
+:mod:`specbook.models.llama`), written out below with an explicit attention mask so that
+tree nodes fed at different steps see exactly their ancestors.  W_lm and e are the
+target's own, frozen, restricted to a draft vocabulary (``vocab``, draft id -> target id).
+
+Trees, EAGLE-2 (Li et al., "EAGLE-2: Faster Inference of Language Models with Dynamic
+Draft Trees", EMNLP 2024, arXiv:2406.16858, sec. 4): the value of a node is the product of
+draft probabilities along its path (an estimate of its acceptance probability).  Expand:
+at each depth feed the k best new nodes and give each its k likeliest children.  Rerank:
+keep the N best nodes overall (a child never beats its parent, so they form a tree).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import torch.nn.functional as F
+
+from ..models.llama import MLP, LlamaConfig, RMSNorm, rope_inverse_frequencies, rotate_half
+from ..protocols import Draft
+from ..sampling import SamplingParams, logits_to_probs, sample
+from .medusa import WEIGHTS_DIR, check_vocab
+from .target_features import TargetFeatures
+
+
+@dataclass(frozen=True)
+class EagleConfig:
+    dim: int
+    n_heads: int
+    n_kv_heads: int
+    intermediate_size: int
+    draft_vocab_size: int
+    target_vocab_size: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 100000.0
+
+    def layer_config(self) -> LlamaConfig:
+        return LlamaConfig(vocab_size=self.target_vocab_size, dim=self.dim, n_layers=1, n_heads=self.n_heads,
+                           n_kv_heads=self.n_kv_heads, intermediate_size=self.intermediate_size,
+                           rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta)
+
+    @classmethod
+    def for_target(cls, target_config: LlamaConfig, draft_vocab_size: int, intermediate_size: int | None = None):
+        c = target_config
+        return cls(dim=c.dim, n_heads=c.n_heads, n_kv_heads=c.n_kv_heads,
+                   intermediate_size=intermediate_size or c.intermediate_size, draft_vocab_size=draft_vocab_size,
+                   target_vocab_size=c.vocab_size, rms_norm_eps=c.rms_norm_eps, rope_theta=c.rope_theta)
+
+
+class _RowCache:
+    """Keys/values of the head's one layer for one row: committed pairs, then draft nodes."""
+
+    def __init__(self):
+        self.k = self.v = None
+        self.length = 0
+
+    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append (1, Hkv, N, Dh) keys/values after the first ``length``; return all (1, Hkv, S, Dh)."""
+        if self.length == 0:
+            self.k, self.v = k, v
+        else:
+            self.k = torch.cat([self.k[:, :, : self.length], k], dim=2)
+            self.v = torch.cat([self.v[:, :, : self.length], v], dim=2)
+        self.length += k.shape[2]
+        return self.k, self.v
+
+
+class HeadBlock(nn.Module):
+    """One Llama decoder layer; attention takes an explicit (B|1, N, S) mask over cache + new."""
+
+    def __init__(self, config: LlamaConfig):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
+        q, kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
+        self.attn_norm = RMSNorm(config.dim, config.rms_norm_eps)
+        self.wqkv = nn.Linear(config.dim, q + 2 * kv, bias=False)
+        self.wo = nn.Linear(q, config.dim, bias=False)
+        self.mlp_norm = RMSNorm(config.dim, config.rms_norm_eps)
+        self.mlp = MLP(config)
+
+    def attention(self, x, cos, sin, cache, mask):
+        B, N, _ = x.shape
+        H, Hkv, Dh = self.n_heads, self.n_kv_heads, self.head_dim
+        qkv = self.wqkv(x)  # (B, N, (H + 2 Hkv) Dh)
+        qk = qkv[..., : (H + Hkv) * Dh].view(B, N, H + Hkv, Dh)
+        qk = qk * cos + rotate_half(qk) * sin  # RoFormer eq. 34
+        q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)  # (B, H|Hkv, N, Dh)
+        v = qkv[..., (H + Hkv) * Dh :].view(B, N, Hkv, Dh).transpose(1, 2)  # (B, Hkv, N, Dh)
+        if cache is not None:
+            k, v = cache.update(k, v)  # (B, Hkv, S, Dh)
+        k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # (B, H, S, Dh)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask[:, None],
+                                           is_causal=mask is None)  # (B, H, N, Dh)
+        return self.wo(y.transpose(1, 2).reshape(B, N, H * Dh))
+
+    def forward(self, x, cos, sin, cache=None, mask=None):
+        x = x + self.attention(self.attn_norm(x), cos, sin, cache, mask)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class EagleHead(nn.Module):
+    """fc over [feature ; next token's embedding], then one Llama block: predicts the next feature."""
+
+    def __init__(self, config: EagleConfig, vocab: torch.Tensor | None = None):
+        super().__init__()
+        self.config = config
+        self.fc = nn.Linear(2 * config.dim, config.dim)
+        self.block = HeadBlock(config.layer_config())
+        vocab = torch.arange(config.draft_vocab_size) if vocab is None else vocab.long()
+        check_vocab(vocab, config.draft_vocab_size, config.target_vocab_size)
+        self.register_buffer("vocab", vocab)  # (Vd,) draft id -> target id
+        self._inv_freq = rope_inverse_frequencies(config.layer_config())
+
+    def forward(self, z: torch.Tensor, next_embeds: torch.Tensor, positions: torch.Tensor,
+                cache: _RowCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """z, next_embeds (B, N, D); positions (B, N) long; mask (B|1, N, S) bool over the cached
+        and new entries (True = attend), or None: causal among the new ones, no cache.
+
+        Returns the predicted next features (B, N, D).
+        """
+        x = self.fc(torch.cat([z, next_embeds], dim=-1))  # (B, N, D)
+        freqs = positions[..., None].float() * self._inv_freq.to(x.device)  # (B, N, Dh/2)
+        emb = torch.cat((freqs, freqs), dim=-1)[:, :, None]  # (B, N, 1, Dh), broadcast over heads
+        return self.block(x, emb.cos().to(x.dtype), emb.sin().to(x.dtype), cache, mask)
+
+
+def save_eagle(head: EagleHead, path: str | Path, meta: dict | None = None) -> None:
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    state = {k: (v.half() if v.is_floating_point() else v.int()).contiguous() for k, v in head.state_dict().items()}
+    save_file(state, str(path.with_suffix(".safetensors")))
+    path.with_suffix(".json").write_text(json.dumps({"config": asdict(head.config), **(meta or {})}, indent=1) + "\n")
+
+
+def load_eagle(path: str | Path = WEIGHTS_DIR / "eagle_smollm2-135m") -> tuple[EagleHead, dict]:
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.with_suffix(".safetensors").is_file():
+        raise FileNotFoundError(f"no EAGLE weights at {path.with_suffix('.safetensors')}; "
+                                "train them with `python -m specbook.train.eagle`")
+    meta = json.loads(path.with_suffix(".json").read_text())
+    state = load_file(str(path.with_suffix(".safetensors")))
+    head = EagleHead(EagleConfig(**meta["config"]), vocab=state["vocab"].long())
+    head.load_state_dict({k: v.float() if v.is_floating_point() else v.long() for k, v in state.items()})
+    return head.eval(), meta
+
+
+@dataclass(frozen=True)
+class DynamicTree:
+    """EAGLE-2 tree shape: ``depth`` expansion levels, ``top_k`` children per expanded node,
+    ``num_nodes`` kept after reranking (batch 1: the shape depends on the row)."""
+
+    depth: int = 6
+    top_k: int = 4
+    num_nodes: int = 24
+
+    def __post_init__(self):
+        for name in ("depth", "top_k", "num_nodes"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {getattr(self, name)!r}")
+
+
+class EagleDrafter:
+    """Drafts with an EAGLE head: a chain (``tree=None``, ``gamma`` drafts) or an EAGLE-2 dynamic tree.
+
+    model: the target's ``LlamaModel`` (embedding, final norm and LM head reused, frozen).
+    Chains at temperature 0 take the head's argmax; at temperature > 0 they sample from the
+    head's distribution after the same SamplingParams and return it.  Trees are top-k
+    candidates (deterministic), verified by the lossless tree rule at any temperature.
+    Needs the loop's ``observe`` hook (:mod:`specbook.decode`).
+    """
+
+    def __init__(self, head: EagleHead, model, tree: DynamicTree | None = None):
+        c = head.config
+        if model.config.dim != c.dim or model.config.vocab_size != c.target_vocab_size:
+            raise ValueError(f"head was made for width {c.dim} / vocab {c.target_vocab_size}, the model has "
+                             f"{model.config.dim} / {model.config.vocab_size}")
+        self.head, self.model, self.tree = head.eval(), model, tree
+        with torch.no_grad():
+            self._lm = model.lm_head.weight[head.vocab.to(model.lm_head.weight.device)].detach().clone()  # (Vd, D)
+        self.features = TargetFeatures(transform=model.norm)
+        self._rows: list[dict] = []  # per row: the head's cache and the tokens its committed pairs used
+        self.passes = 0
+
+    @classmethod
+    def shipped(cls, model, tree: DynamicTree | str | None = "default") -> "EagleDrafter":
+        """The head shipped for SmolLM2-135M: ``tree="default"`` (the dynamic tree recorded with the
+        weights), a :class:`DynamicTree`, or None for a chain."""
+        head, meta = load_eagle()
+        if tree == "default":
+            tree = DynamicTree(**meta["default_tree"])
+        elif tree is not None and not isinstance(tree, DynamicTree):
+            raise ValueError(f"tree must be 'default', None or a DynamicTree, got {tree!r}")
+        return cls(head, model, tree=tree)
+
+    def observe(self, target, kept: list[list[int]]) -> None:
+        self.features.observe(target, kept)
+
+    def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.model.embed(tokens.to(self.model.embed.weight.device))
+
+    def _sync(self, b: int, context: list[int], stable: int) -> torch.Tensor:
+        """Feed row b's new (feature, next token) pairs; return zhat at the last cached position (1, 1, D)."""
+        if len(self._rows) <= b:
+            self._rows.append({"cache": _RowCache(), "tokens": []})
+        row = self._rows[b]
+        T = len(context)
+        agree = 0
+        for x, y in zip(row["tokens"], context):
+            if x != y:
+                break
+            agree += 1
+        # pair t = (z_t, x_{t+1}) is still valid if z_t and x_{t+1} are unchanged; always refeed the last one
+        n = max(0, min(row["cache"].length, stable, agree - 1, T - 2))
+        row["cache"].length = n
+        feats = self.features.features(b)[n : T - 1][None].to(self._lm.dtype)  # (1, m, D)
+        nxt = torch.tensor(context[n + 1 : T], dtype=torch.long)[None]  # (1, m)
+        positions = torch.arange(n, T - 1)[None]
+        zhat = self.head(feats, self._embed(nxt), positions, row["cache"], self._prefix_mask(n, T - 1 - n))
+        self.passes += 1
+        row["tokens"] = list(context)
+        row["committed"] = T - 1
+        return zhat[:, -1:]
+
+    @staticmethod
+    def _prefix_mask(cached: int, n: int) -> torch.Tensor:
+        """(1, n, cached + n): all cached entries plus causal among the new ones."""
+        return torch.ones(n, cached + n, dtype=torch.bool).tril(diagonal=cached)[None]
+
+    def _logits(self, zhat: torch.Tensor) -> torch.Tensor:
+        return zhat @ self._lm.T  # (..., Vd)
+
+    @torch.no_grad()
+    def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft:
+        self.features.check_contexts(contexts)
+        stable = self.features.take_stable()
+        B, V = len(contexts), self.head.config.target_vocab_size
+        device = contexts[0].device
+        if self.tree is not None and B != 1:
+            raise ValueError(f"a dynamic tree's shape depends on the row, and Draft.parents is shared by the batch: "
+                             f"use batch size 1 or a chain (tree=None), got batch size {B}")
+        if any(len(c) < 2 for c in contexts) or (self.tree is None and gamma == 0):
+            return Draft(torch.zeros(B, 0, dtype=torch.long, device=device), None if params.greedy else torch.zeros(B, 0, V))
+        if self.tree is not None:
+            zhat = self._sync(0, contexts[0].tolist(), stable[0])
+            tokens, parents = self._dynamic_tree(0, zhat, len(contexts[0]))
+            self._rows[0]["cache"].length = self._rows[0]["committed"]
+            return Draft(tokens[None].to(device), None, parents.to(device))
+        toks, probs = [], []
+        for b in range(B):
+            t, q = self._chain(b, contexts[b].tolist(), stable[b], gamma, params, generator)
+            self._rows[b]["cache"].length = self._rows[b]["committed"]
+            toks.append(t)
+            probs.append(q)
+        tokens = torch.stack(toks).to(device)  # (B, gamma)
+        return Draft(tokens, None if params.greedy else torch.stack(probs).to(device))
+
+    def _chain(self, b, context, stable, gamma, params, generator):
+        zhat = self._sync(b, context, stable)  # (1, 1, D)
+        vocab = self.head.vocab
+        pos = len(context) - 1
+        tokens, probs = [], []
+        for i in range(gamma):
+            logits = self._logits(zhat[0, 0])  # (Vd,)
+            if params.greedy:
+                d = int(logits.argmax())
+            else:
+                q = logits_to_probs(logits, params)  # (Vd,) the distribution the draft is sampled from
+                d = int(sample(q, generator))
+                probs.append(q.new_zeros(self.head.config.target_vocab_size).index_copy_(0, vocab, q))
+            tokens.append(int(vocab[d]))
+            if i + 1 < gamma:
+                cache = self._rows[b]["cache"]  # the new pair sees every cached pair and itself
+                zhat = self.head(zhat, self._embed(vocab[d].view(1, 1)), torch.tensor([[pos]]), cache,
+                                 torch.ones(1, 1, cache.length + 1, dtype=torch.bool))
+                self.passes += 1
+                pos += 1
+        return torch.tensor(tokens), (torch.stack(probs) if probs else None)
+
+    def _dynamic_tree(self, b: int, zhat: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """EAGLE-2 expand + rerank for row b.  Returns (tokens (N,), parents (N,))."""
+        cfg, vocab, cache = self.tree, self.head.vocab, self._rows[b]["cache"]
+        committed = cache.length
+        logp = self._logits(zhat[0, 0]).log_softmax(-1)  # (Vd,)
+        top = logp.topk(cfg.top_k)
+        tok = [int(vocab[i]) for i in top.indices]
+        score = top.values.tolist()
+        par = [-1] * cfg.top_k
+        slot: dict[int, int] = {}  # node -> index of its pair in the head cache (once fed)
+        fed_z: dict[int, torch.Tensor] = {}  # node -> zhat after feeding it (1, 1, D)
+        newest = list(range(cfg.top_k))  # the nodes of the deepest level so far
+        for level in range(cfg.depth - 1):  # feed nodes of depth `level`, create depth `level + 1`
+            feed = sorted(newest, key=lambda i: (-score[i], i))[: cfg.top_k]
+            # each fed node attends to the committed pairs, its fed ancestors and itself
+            S = cache.length + len(feed)
+            mask = torch.zeros(1, len(feed), S, dtype=torch.bool)
+            mask[0, :, :committed] = True
+            for j, node in enumerate(feed):
+                a = par[node]
+                while a >= 0:
+                    mask[0, j, slot[a]] = True
+                    a = par[a]
+                mask[0, j, cache.length + j] = True
+            parent_z = torch.cat([zhat if par[n] < 0 else fed_z[par[n]] for n in feed], dim=1)  # (1, n, D)
+            # a depth-d node's token sits at position T + d; its pair (parent zhat, token) one earlier
+            positions = torch.tensor([[T - 1 + level] * len(feed)])
+            base = cache.length
+            out = self.head(parent_z, self._embed(torch.tensor([[tok[n] for n in feed]])), positions, cache, mask)
+            self.passes += 1
+            for j, node in enumerate(feed):
+                slot[node] = base + j
+                fed_z[node] = out[:, j : j + 1]
+            child_logp = self._logits(out[0]).log_softmax(-1)  # (n, Vd)
+            top = child_logp.topk(cfg.top_k, dim=-1)
+            newest = []
+            for j, node in enumerate(feed):
+                for v, i in zip(top.values[j].tolist(), top.indices[j].tolist()):
+                    newest.append(len(tok))
+                    tok.append(int(vocab[i]))
+                    score.append(score[node] + v)
+                    par.append(node)
+        keep = sorted(sorted(range(len(tok)), key=lambda i: (-score[i], i))[: cfg.num_nodes])
+        index = {old: new for new, old in enumerate(keep)}
+        parents = [-1 if par[i] < 0 else index[par[i]] for i in keep]
+        return torch.tensor([tok[i] for i in keep]), torch.tensor(parents)

@@ -1,0 +1,233 @@
+"""Train Medusa heads for SmolLM2-135M on CPU, target frozen (Medusa-1, Cai et al. 2024, sec. 2.2.1).
+
+Shape legend: n training positions, K heads, D width, Vd draft vocabulary, S top-k ranks.
+
+    python -m specbook.train.medusa                 # default run (data generation cached), writes
+                                                    # specbook/weights/medusa_smollm2-135m.{safetensors,json}
+    python -m specbook.train.medusa --help
+
+Loss (Medusa eq. 2): sum_k 0.8^k * CE(head k at position t, x_{t+k+1}) over the reply
+positions of the self-distilled data (:mod:`specbook.train.features`), with the target's
+features z_t read from the cache.  After training, the rank of the right token under every
+head is measured on a validation slice of the training split; those ranks give the
+expected accepted length of any choice tree, and :func:`best_choices` builds the best tree
+of each size (Medusa sec. 2.1.2 builds its "optimized tree" the same way, from accuracies).
+The held-out split is only scored, after everything is fixed.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections import Counter
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from ..drafters.medusa import WEIGHTS_DIR, MedusaConfig, MedusaHeads, save_medusa
+from .features import FeatureSet, draft_vocabulary, validation_indices
+
+DEFAULT_NAME = "medusa_smollm2-135m"
+TREE_SIZES = (4, 8, 16, 24, 32, 48, 64)
+
+
+def to_draft_ids(tokens: torch.Tensor, vocab: torch.Tensor, target_vocab_size: int) -> torch.Tensor:
+    """Target ids -> draft ids; tokens outside the draft vocabulary (and -100) -> -100."""
+    lookup = torch.full((target_vocab_size + 1,), -100, dtype=torch.long)
+    lookup[vocab] = torch.arange(len(vocab))
+    return lookup[tokens.clamp(min=-1)]  # -1 / -100 index the last slot, which is -100
+
+
+def medusa_examples(fs: FeatureSet, seqs: list[int], num_heads: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(feature rows (n,), target-id labels (n, K)) for every reply position t of ``seqs``:
+    head k's label is x_{t+k+1}, or -100 past the end."""
+    rows, labels = [], []
+    for s in seqs:
+        a, b = int(fs.starts[s]), int(fs.starts[s + 1])
+        T, P, first_feature = b - a, int(fs.prompt_lengths[s]), a - s
+        tok = fs.tokens[a:b]
+        t = torch.arange(P - 1, T - 1)  # positions whose next token is part of the reply
+        idx = t[:, None] + torch.arange(2, num_heads + 2)  # (n_s, K)
+        lab = torch.where(idx < T, tok[idx.clamp(max=T - 1)], torch.full_like(idx, -100))
+        rows.append(first_feature + t)
+        labels.append(lab)
+    return torch.cat(rows), torch.cat(labels)
+
+
+def target_features(model, hidden: torch.Tensor) -> torch.Tensor:
+    """z = the target's final norm of its last hidden state (what its LM head reads), float32."""
+    with torch.no_grad():
+        return model.norm(hidden.float())
+
+
+def train_medusa(fs: FeatureSet, model, seqs: list[int], *, num_heads: int = 4, vocab: torch.Tensor,
+                 epochs: float = 2.0, batch_size: int = 256, lr: float = 2e-3, seed: int = 0,
+                 progress: bool = True, time_limit_s: float | None = None) -> tuple[MedusaHeads, dict]:
+    """Fit Medusa heads on the reply positions of sequences ``seqs``; return (heads, log)."""
+    if epochs <= 0 or batch_size < 1:
+        raise ValueError(f"epochs must be > 0 and batch_size >= 1, got {epochs}, {batch_size}")
+    V = model.config.vocab_size
+    config = MedusaConfig(dim=model.config.dim, num_heads=num_heads, draft_vocab_size=len(vocab), target_vocab_size=V)
+    gen = torch.Generator().manual_seed(seed)
+    heads = MedusaHeads(config, vocab)
+    lm = model.lm_head.weight[vocab].detach().float()  # (Vd, D) frozen
+    rows, labels = medusa_examples(fs, seqs, num_heads)
+    labels = to_draft_ids(labels, vocab, V)  # (n, K)
+    n = len(rows)
+    steps = max(1, math.ceil(epochs * n / batch_size))
+    opt = torch.optim.AdamW(heads.parameters(), lr=lr, weight_decay=0.0)
+    warmup = min(50, steps // 10 + 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps)))
+    weights = torch.tensor([0.8 ** k for k in range(num_heads)])
+    log = {"positions": n, "steps": steps, "loss": []}
+    t0 = time.perf_counter()
+    order = torch.randperm(n, generator=gen)
+    bar = tqdm(range(steps), disable=not progress, desc="medusa heads")
+    for step in bar:
+        start = (step * batch_size) % n
+        if start + batch_size > n:
+            order = torch.randperm(n, generator=gen)
+            start = 0
+        idx = order[start : start + batch_size]
+        z = target_features(model, fs.hidden[rows[idx]])  # (b, D)
+        logits = heads(z, lm)  # (b, K, Vd)
+        y = labels[idx]  # (b, K)
+        per_head = torch.stack([F.cross_entropy(logits[:, k], y[:, k], ignore_index=-100) for k in range(num_heads)])
+        per_head = torch.nan_to_num(per_head)  # a head with no label in this batch contributes 0
+        loss = (weights * per_head).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        if step % 10 == 0 or step == steps - 1:
+            log["loss"].append((step, float(loss.detach())))
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", head1=f"{float(per_head[0].detach()):.2f}")
+        if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+            log["stopped_early_at_step"] = step + 1
+            break
+    log["train_seconds"] = time.perf_counter() - t0
+    return heads.eval(), log
+
+
+@torch.no_grad()
+def head_ranks(heads: MedusaHeads, model, fs: FeatureSet, seqs: list[int], top_s: int = 10,
+               batch_size: int = 1024) -> torch.Tensor:
+    """(n, K) rank of the right token x_{t+k+1} among head k's candidates at every reply position
+    (0 = top-1); ``top_s`` when it is not in the top ``top_s`` (or not draftable, or past the end)."""
+    rows, labels = medusa_examples(fs, seqs, heads.config.num_heads)
+    labels = to_draft_ids(labels, heads.vocab, heads.config.target_vocab_size)
+    lm = model.lm_head.weight[heads.vocab].float()
+    out = []
+    for i in range(0, len(rows), batch_size):
+        logits = heads(target_features(model, fs.hidden[rows[i : i + batch_size]]), lm)  # (b, K, Vd)
+        top = logits.topk(top_s, dim=-1).indices  # (b, K, S)
+        y = labels[i : i + batch_size]
+        hit = top == y[..., None]  # (b, K, S)
+        rank = torch.where(hit.any(-1), hit.float().argmax(-1), torch.full_like(y, top_s))
+        out.append(torch.where(y < 0, torch.full_like(y, top_s), rank))
+    return torch.cat(out)
+
+
+def best_choices(ranks: torch.Tensor, num_nodes: int, top_s: int | None = None) -> list[list[int]]:
+    """The choice tree of ``num_nodes`` paths that accepts the most drafts on the measured ``ranks``.
+
+    ranks (n, K): the rank of the right token under each head at n positions.  A tree whose
+    paths include (r_0, ..., r_d) accepts at least d+1 drafts at a position whose ranks start
+    with (r_0, ..., r_d), so the expected accepted length is the sum, over the tree's nodes, of
+    the share of positions whose ranks start with that path.  The share never grows along a
+    path, so best-first search (always add the frontier path with the largest share) gives the
+    best tree of every size.  Unlike Medusa's independence assumption, this uses the heads'
+    joint behaviour as measured.
+    """
+    if ranks.ndim != 2:
+        raise ValueError(f"ranks must be (n, K), got shape {tuple(ranks.shape)}")
+    n, K = ranks.shape
+    top_s = int(ranks.max()) if top_s is None else top_s
+    counts: Counter = Counter()
+    for row in ranks.tolist():
+        for d in range(K):
+            if row[d] >= top_s:
+                break
+            counts[tuple(row[: d + 1])] += 1
+    chosen: list[list[int]] = []
+    frontier = {p for p in counts if len(p) == 1}
+    while frontier and len(chosen) < num_nodes:
+        best = min(frontier, key=lambda p: (-counts[p], p))
+        frontier.remove(best)
+        chosen.append(list(best))
+        frontier.update(p for p in counts if len(p) == len(best) + 1 and p[:-1] == best)
+    return chosen
+
+
+def expected_tokens(ranks: torch.Tensor, choices: list[list[int]] | None, chain: int = 0) -> float:
+    """Mean tokens per target pass (accepted drafts + 1) on ``ranks`` for a tree, or a top-1 chain."""
+    if choices is None:
+        ok = (ranks[:, :chain] == 0).long()
+        return float(ok.cumprod(-1).sum(-1).float().mean() + 1)
+    paths = {tuple(c) for c in choices}
+    acc = []
+    for row in ranks.tolist():
+        d = 0
+        while d < len(row) and tuple(row[: d + 1]) in paths:
+            d += 1
+        acc.append(d)
+    return sum(acc) / max(1, len(acc)) + 1
+
+
+def main(argv: list[str] | None = None) -> None:
+    from ..models.smollm2 import load_smollm2
+    from .features import build_features
+    from .heads_data import sample_prompts
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train-prompts", type=int, default=400)
+    ap.add_argument("--heldout-prompts", type=int, default=40)
+    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--draft-vocab", type=int, default=8192)
+    ap.add_argument("--epochs", type=float, default=3.0)
+    ap.add_argument("--batch-size", type=int, default=256)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
+    ap.add_argument("--out", default=str(WEIGHTS_DIR / DEFAULT_NAME))
+    args = ap.parse_args(argv)
+
+    t_all = time.perf_counter()
+    model, tok = load_smollm2()
+    model.requires_grad_(False)
+    held = build_features(sample_prompts(args.heldout_prompts, heldout=True), max_new_tokens=args.max_new_tokens)
+    fs = build_features(sample_prompts(args.train_prompts), max_new_tokens=args.max_new_tokens)
+    fit, val = validation_indices(fs)
+    vocab = draft_vocabulary(fs.select(fit), args.draft_vocab, always=(tok.eos_token_id,))
+    heads, log = train_medusa(fs, model, fit, num_heads=args.heads, vocab=vocab, epochs=args.epochs,
+                              batch_size=args.batch_size, lr=args.lr, time_limit_s=args.time_limit)
+    val_ranks = head_ranks(heads, model, fs, val)
+    held_ranks = head_ranks(heads, model, held, list(range(held.num_sequences)))
+    trees = {str(n): best_choices(val_ranks, n, top_s=10) for n in TREE_SIZES}
+    report = {
+        "top1_accuracy_heldout": [(held_ranks[:, k] == 0).float().mean().item() for k in range(args.heads)],
+        "top5_accuracy_heldout": [(held_ranks[:, k] < 5).float().mean().item() for k in range(args.heads)],
+        "tau_chain_heldout": {g: expected_tokens(held_ranks, None, g) for g in range(1, args.heads + 1)},
+        "tau_tree_heldout": {n: expected_tokens(held_ranks, trees[n]) for n in trees},
+    }
+    meta = {
+        "trees": trees, "default_tree": "16",
+        "training": {"command": "python -m specbook.train.medusa " + " ".join(argv or []), **vars(args),
+                     "train_sequences": len(fit), "validation_sequences": len(val),
+                     "heldout_sequences": held.num_sequences, "positions": log["positions"], "steps": log["steps"],
+                     "train_seconds": round(log["train_seconds"], 1),
+                     "total_seconds": round(time.perf_counter() - t_all, 1),
+                     "final_loss": log["loss"][-1][1] if log["loss"] else None,
+                     "stopped_early_at_step": log.get("stopped_early_at_step")},
+        "heldout": report,
+    }
+    save_medusa(heads, args.out, meta)
+    print(f"wrote {args.out}.safetensors / .json")
+    for k, v in report.items():
+        print(f"  {k}: {v}")
+
+
+if __name__ == "__main__":
+    main()
