@@ -149,7 +149,7 @@ def test_model_policy_follows_the_acceptance_estimate():
         g = a.propose([torch.tensor(ctx)], 8, GREEDY).num_tokens
         ctx = ctx + [0] * g + [5]
     assert a.alpha_estimate > 0.9 and a.history[-1] == 8 and a.history[0] < 8
-    for _ in range(12):  # nothing accepted: back to the minimum
+    for _ in range(20):  # nothing accepted: back to the minimum
         a.propose([torch.tensor(ctx)], 8, GREEDY)
         ctx = ctx + [5]
     assert a.alpha_estimate < 0.3 and a.history[-1] == 1
@@ -168,6 +168,36 @@ def test_adaptive_greedy_equals_autoregressive_on_toys(kind):
         assert torch.equal(spec.tokens, plain.tokens)
         if kind == "heuristic":
             assert len(set(adaptive.history)) > 1  # it really did vary gamma
+
+
+def test_shadow_drafting_stops_on_failing_lookups_and_resumes_on_copies():
+    """Prompt lookup costs nothing, so its full proposal is scored even when not verified (gamma 0)."""
+    from specbook.drafters.measure import simulate_greedy
+
+    policy = GammaPolicy(min_gamma=0, verify_cost=(1.0, 1.1, 1.2, 1.8, 1.9))
+    with pytest.raises(ValueError, match="shadow"):
+        AdaptiveGamma(NGramDrafter(), policy)
+    a = AdaptiveGamma(NGramDrafter(max_ngram=2, overlap=False), policy, shadow=True)
+    rng = random.Random(0)
+    prompt = rng.sample(range(1000), 60)  # distinct tokens
+    fresh = [rng.choice(prompt) for _ in range(15)]  # known tokens in a new order: lookups match, drafts fail
+    simulate_greedy(a, prompt, fresh + prompt[:40], 4, list(policy.verify_cost))
+    assert a.history[:3] != [0, 0, 0] and 0 in a.history[3:12]  # stopped drafting in the fresh stretch
+    assert max(a.history[-5:]) > 0  # and resumed on the copied stretch
+
+
+def test_simulated_greedy_run_matches_the_real_loop():
+    from specbook.drafters.measure import simulate_greedy
+
+    target, _ = make_toy_pair(6, 2, match=0.7, seed=4)
+    prompt = [1, 2, 3, 1, 2, 3, 1, 2]
+    ref = generate(target, torch.tensor([prompt]), 48, GREEDY).new_tokens[0].tolist()
+    for drafter in (NGramDrafter(), AdaptiveGamma(NGramDrafter(), GammaPolicy(min_gamma=0), shadow=True)):
+        sim = simulate_greedy(drafter, prompt, ref, 4, verify_cost=[1.0, 1.0], max_new_tokens=40)
+        if isinstance(drafter, AdaptiveGamma):
+            drafter.reset()
+        real = speculative_generate(target, drafter, torch.tensor([prompt]), 40, GREEDY, gamma=4).stats
+        assert (sim["steps"], sim["accepted"]) == (real.target_passes, real.accepted)
 
 
 def test_adaptive_gamma_sequence_law_equals_target():

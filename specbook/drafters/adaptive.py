@@ -44,8 +44,8 @@ class GammaPolicy:
     kind: str = "model"
     c: float = 0.0  # draft step cost / target step cost
     verify_cost: tuple[float, ...] = ()  # v(gamma) for gamma = 0, 1, ...; beyond the end, the last value; () = 1
-    decay: float = 0.7  # weight of the past per step (0 = only the last step counts)
-    prior: float = 2.0  # pseudo-drafts in the prior
+    decay: float = 0.8  # weight of the past per step (0 = only the last step counts)
+    prior: float = 1.0  # pseudo-drafts in the prior
     prior_alpha: float = 0.5
     min_gamma: int = 1
     start_gamma: int = 4  # first step of the heuristic
@@ -82,20 +82,41 @@ def accepted_count(previous: list[int], draft: list[int], current: list[int]) ->
     return a
 
 
-class AdaptiveGamma:
-    """Wrap a chain drafter; draft a policy-chosen number of tokens (at most the loop's gamma) per step."""
+def revealed(previous: list[int], draft: list[int], current: list[int]) -> tuple[int, int]:
+    """(right, judged): how many leading draft tokens the new history confirms, and how many it judged.
 
-    def __init__(self, drafter: Drafter, policy: GammaPolicy = GammaPolicy()):
+    Compares the draft with the tokens the step emitted; with a shadow draft longer than what
+    was verified, the emitted target token after the accepted ones also judges one more draft.
+    """
+    new = current[len(previous):]
+    right = 0
+    while right < min(len(draft), len(new)) and new[right] == draft[right]:
+        right += 1
+    return right, min(right + 1, len(draft), len(new))
+
+
+class AdaptiveGamma:
+    """Wrap a chain drafter; draft a policy-chosen number of tokens (at most the loop's gamma) per step.
+
+    shadow: for drafters whose drafts are free and deterministic (prompt lookup), always ask for the
+            full ``gamma`` tokens, verify only the chosen number, and score the whole proposal against
+            the tokens that come back.  Acceptance stays observable even at gamma 0, so the policy may
+            stop drafting altogether (``min_gamma=0``) where lookups keep failing.
+    """
+
+    def __init__(self, drafter: Drafter, policy: GammaPolicy = GammaPolicy(), shadow: bool = False):
         if not hasattr(drafter, "propose"):
             raise ValueError(f"drafter must have a propose method, got {type(drafter).__name__}")
-        self.drafter, self.policy = drafter, policy
+        if policy.min_gamma == 0 and not shadow:
+            raise ValueError("min_gamma=0 needs shadow=True: without drafts nothing would be observed again")
+        self.drafter, self.policy, self.shadow = drafter, policy, shadow
         self.reset()
 
     def reset(self) -> None:
         """Forget the acceptance history (a new workload)."""
         self._accepted = self._verified = 0.0  # exponentially weighted counts
         self._heuristic_gamma = self.policy.start_gamma
-        self._last: list[tuple[list[int], list[int]]] | None = None
+        self._last: list[tuple[list[int], list[int], int]] | None = None  # (context, proposal, verified length)
         self.history: list[int] = []  # gamma chosen at each step, for plots and tests
 
     @property
@@ -110,16 +131,18 @@ class AdaptiveGamma:
     def _observe(self, contexts: list[list[int]]) -> None:
         if self._last is None or len(self._last) != len(contexts):
             return
-        outcomes = [accepted_count(prev, draft, cur) for (prev, draft), cur in zip(self._last, contexts)]
-        if any(o is None for o in outcomes):
+        accepted = [accepted_count(prev, prop[:k], cur) for (prev, prop, k), cur in zip(self._last, contexts)]
+        if any(a is None for a in accepted):
             return  # not a continuation of the last step: nothing to learn from
         p = self.policy
-        acc = sum(outcomes)
-        ver = sum(min(a + 1, len(d)) for a, (_, d) in zip(outcomes, self._last))
-        self._accepted = p.decay * self._accepted + acc
-        self._verified = p.decay * self._verified + ver
-        if p.kind == "heuristic" and ver:
-            all_in = all(a == len(d) for a, (_, d) in zip(outcomes, self._last))
+        if self.shadow:
+            scores = [revealed(prev, prop, cur) for (prev, prop, _), cur in zip(self._last, contexts)]
+        else:
+            scores = [(a, min(a + 1, k)) for a, (_, _, k) in zip(accepted, self._last)]
+        self._accepted = p.decay * self._accepted + sum(r for r, _ in scores)
+        self._verified = p.decay * self._verified + sum(j for _, j in scores)
+        if p.kind == "heuristic" and any(k for _, _, k in self._last):
+            all_in = all(a == k for a, (_, _, k) in zip(accepted, self._last))
             self._heuristic_gamma = (self._heuristic_gamma + 2 if all_in
                                      else max(p.min_gamma, self._heuristic_gamma - 1))
 
@@ -143,6 +166,10 @@ class AdaptiveGamma:
         self._observe(rows)
         g = self.choose(gamma)
         self.history.append(g)
-        draft = self.drafter.propose(contexts, g, params, generator)
-        self._last = list(zip(rows, draft.tokens.tolist()))
+        draft = self.drafter.propose(contexts, gamma if self.shadow else g, params, generator)
+        proposals = draft.tokens.tolist()
+        if self.shadow:
+            k = min(g, draft.num_tokens)
+            draft = Draft(draft.tokens[:, :k], None if draft.probs is None else draft.probs[:, :k])
+        self._last = [(r, prop, draft.num_tokens) for r, prop in zip(rows, proposals)]
         return draft

@@ -27,6 +27,9 @@ per sequence; the bench combines it with the measured cost of each L.
 """
 from __future__ import annotations
 
+import statistics
+import time
+
 import torch
 
 from ..models.cache import KVCache
@@ -172,3 +175,59 @@ def exit_layer_agreement(model: LlamaModel, sequences: list[torch.Tensor], start
     if total == 0:
         raise ValueError("no positions to score (every sequence shorter than its start)")
     return {L: hits[L] / total for L in layers}
+
+
+@torch.no_grad()
+def exit_layer_costs(model: LlamaModel, layers: list[int], context: int = 128, reps: int = 15) -> dict[int, float]:
+    """c(L): time of one early-exit step at layer L over one full target step (1 token, cached context).
+
+    The order of L is rotated every repetition so that drifting machine load hits every L alike;
+    medians over ``reps``.
+    """
+    for L in layers:
+        _check_exit_layer(model, L)
+    n = model.config.n_layers
+    cache = model.make_cache(1, context + 2)
+    x = torch.zeros(1, context, dtype=torch.long, device=model.embed.weight.device)
+    model(x, cache, logits_to_keep=1)
+    base = cache.lengths.clone()
+    runs = [*layers, n]
+    times: dict[int, list[float]] = {L: [] for L in runs}
+    for rep in range(reps + 1):
+        for L in runs[rep % len(runs):] + runs[:rep % len(runs)]:
+            t0 = time.perf_counter()
+            model(x[:, :1], cache, exit_layer=L).float().argmax(-1).item()  # .item(): wait for the device
+            if rep:  # the first round warms up
+                times[L].append(time.perf_counter() - t0)
+            cache.rollback(base)
+    full = statistics.median(times[n])
+    return {L: statistics.median(times[L]) / full for L in layers}
+
+
+def choose_exit_layer(agreement: dict[int, float], costs: dict[int, float], verify_cost, max_gamma: int = 8):
+    """Best (predicted speedup, L, gamma) from measured acceptance and cost per exit layer.
+
+    agreement: {L: alpha_L} (e.g. :func:`exit_layer_agreement`); costs: {L: c_L}
+    (:func:`exit_layer_costs`); verify_cost: v(n) for n = 1.. positions (a list), as in
+    :func:`specbook.theory.speedup`.  Returns (speedup, L, gamma, table) with table[L] =
+    (best speedup, best gamma) for every L; a best speedup below 1 means no exit layer pays.
+    """
+    from ..theory import speedup
+
+    table = {}
+    for L, alpha in agreement.items():
+        best = max((float(speedup(alpha, g, costs[L], verify_cost[min(g, len(verify_cost) - 1)])), g)
+                   for g in range(1, max_gamma + 1))
+        table[L] = best
+    L = max(table, key=lambda k: table[k][0])
+    return table[L][0], L, table[L][1], table
+
+
+# Chosen by measurement on SmolLM2-135M (docs/drafters.md, "Layer skipping"): the exit layer with the
+# best predicted speedup from exit_layer_agreement x exit_layer_costs x the verify-cost curve.
+DEFAULT_EXIT_LAYER = 24
+
+
+def make_layer_skip(model: LlamaModel, tokenizer=None, *, target=None, exit_layer: int = DEFAULT_EXIT_LAYER, **_):
+    """Bench factory: shares ``target``'s cache when given (the LlamaTarget the loop decodes with), else own cache."""
+    return LayerSkipDrafter(target if target is not None else model, exit_layer)

@@ -157,10 +157,19 @@ def load_draft(target: LlamaModel, directory: str | Path = WEIGHTS_DIR, name: st
     return draft.eval()
 
 
-def distilled_drafter(target, directory: str | Path = WEIGHTS_DIR, name: str = DEFAULT_NAME):
-    """A ``DraftModelDrafter`` around the shipped distilled draft, for a ``LlamaTarget`` of SmolLM2."""
+def distilled_drafter(target, directory: str | Path = WEIGHTS_DIR, name: str = DEFAULT_NAME, max_length: int = 2048):
+    """A ``DraftModelDrafter`` around the shipped distilled draft.
+
+    target: a ``LlamaTarget`` of SmolLM2 (its ``max_length`` sizes the draft's cache) or the bare ``LlamaModel``.
+    """
     from ..models.target import LlamaTarget
     from .draft_model import DraftModelDrafter
 
-    draft = load_draft(target.model, directory, name)
-    return DraftModelDrafter(LlamaTarget(draft, max_length=target.max_length))
+    model = target if isinstance(target, LlamaModel) else target.model
+    length = getattr(target, "max_length", max_length)
+    return DraftModelDrafter(LlamaTarget(load_draft(model, directory, name), max_length=length))
+
+
+def make_distilled(model: LlamaModel, tokenizer=None, *, target=None, **_):
+    """Bench factory (``register_drafter("draft", make_distilled)``)."""
+    return distilled_drafter(target if target is not None else model)

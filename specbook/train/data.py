@@ -141,7 +141,7 @@ def stdlib_snippets() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.FunctionDef) and 6 <= node.end_lineno - node.lineno + 1 <= 30:
                 code = ast.get_source_segment(source, node, padded=True)  # methods keep their indent
-                if code and len(code) <= 1200:
+                if code and len(code) <= 800:
                     functions.append((f"{mod}:{node.name}:{node.lineno}", textwrap.dedent(code)))
             if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)):
                 doc = ast.get_docstring(node)
@@ -150,7 +150,7 @@ def stdlib_snippets() -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     return functions, docs
 
 
-def all_prompts(per_category: int = 60, seed: int = 0) -> list[Prompt]:
+def all_prompts(per_category: int = 40, seed: int = 0) -> list[Prompt]:
     """``per_category`` prompts of each category (fewer if the sources run out), in a fixed order."""
     functions, docs = stdlib_snippets()
     rng = random.Random(seed)

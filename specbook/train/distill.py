@@ -41,7 +41,7 @@ from .data import all_prompts, check_disjoint, distillation_set, prompts_digest
 
 @dataclass(frozen=True)
 class DistillConfig:
-    epochs: int = 3
+    epochs: int = 2
     lr: float = 5e-4
     warmup: float = 0.05  # share of the steps
     batch_tokens: int = 3072  # tokens per optimisation step (sequences padded to the longest of the batch)
@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specbook.train.distill", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     d, c = DraftConfig(), DistillConfig()
-    parser.add_argument("--per-category", type=int, default=60, help="prompts per category (train + held-out)")
+    parser.add_argument("--per-category", type=int, default=40, help="prompts per category (train + held-out)")
     parser.add_argument("--max-new-tokens", type=int, default=96, help="length of each teacher reply")
     parser.add_argument("--top-k", type=int, default=16, help="teacher probabilities kept per position")
     parser.add_argument("--layers", type=str, default=",".join(map(str, d.init_layers)),
