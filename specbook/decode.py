@@ -137,7 +137,8 @@ def _start(target: Target, prompt: torch.Tensor) -> torch.Tensor:
     """Prefill all prompt tokens but the last; return the pending token (B, 1)."""
     target.reset(prompt.shape[0])
     if prompt.shape[1] > 1:
-        target.forward(prompt[:, :-1])
+        # a target may offer a cheaper prefill that fills the cache without computing logits
+        getattr(target, "prefill", target.forward)(prompt[:, :-1])
     return prompt[:, -1:]
 
 

@@ -13,6 +13,7 @@ per row.  The speculative loop only ever needs four things from it:
   ``cache_length + depth(i)`` and attends to the cached context plus its ancestors;
 * ``cache_lengths``              (B,) how many tokens each row holds in its cache;
 * ``rollback(lengths)``          keep only the first ``lengths[b]`` cached tokens of row b;
+* ``prefill(tokens)`` (optional)  like ``forward`` but without logits (the prompt's are unused);
 * ``keep(indices)`` (trees only)   directly after a tree forward, keep per row only the new
   tokens ``indices[b]`` (a root-to-node path, listed root first), packed into place.
 

@@ -165,6 +165,10 @@ class LlamaTarget:
 
     __call__ = forward
 
+    def prefill(self, tokens: torch.Tensor) -> None:
+        """Append ``tokens`` (B, N) to the cache without computing logits (hidden states are kept)."""
+        self.forward(tokens, logits_to_keep=0)
+
     def rollback(self, lengths: torch.Tensor) -> None:
         self._require_cache().rollback(lengths)
         self._last_tree = None
