@@ -23,9 +23,10 @@ Shape legend: T prompt length, N new positions in one forward, V vocab.
 """
 from __future__ import annotations
 
+import inspect
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -92,7 +93,7 @@ class RunResult:
     emitted: int  # tokens emitted by those passes (can exceed len(new_ids) at the last step)
     proposed: int  # draft tokens sent to verification
     accepted: int  # draft tokens accepted
-    extra: dict = field(default_factory=dict)
+    verified: int | None = None  # drafts actually tested (up to the first rejection); None if unknown
 
 
 def synchronize(device: torch.device | str) -> None:
@@ -121,7 +122,7 @@ class SpecbookEngine:
         new = out.new_tokens[0].tolist()  # .tolist() waits for the device
         seconds = time.perf_counter() - t0
         s = out.stats
-        return RunResult(new, seconds, len(s.accepted_per_step), s.emitted, s.proposed, s.accepted)
+        return RunResult(new, seconds, len(s.accepted_per_step), s.emitted, s.proposed, s.accepted, s.verified)
 
 
 class TransformersEngine:
@@ -181,6 +182,8 @@ class _HFChain:
         self.model = hf_model
         self.device = next(hf_model.parameters()).device
         self.cache, self.length = None, 0
+        # transformers 5 renamed `past_key_values` to `cache`
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(hf_model.forward).parameters else "past_key_values"
 
     def reset(self, batch_size: int = 1) -> None:
         from transformers import DynamicCache
@@ -191,13 +194,15 @@ class _HFChain:
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         n = tokens.shape[1]
         positions = torch.arange(self.length, self.length + n, device=self.device)[None]
-        out = self.model(input_ids=tokens, position_ids=positions, past_key_values=self.cache, use_cache=True)
+        out = self.model(input_ids=tokens, position_ids=positions, use_cache=True,
+                         **{self._cache_kwarg: self.cache})
         self.length += n
         return out.logits
 
     def rollback(self, lengths) -> None:
         keep = int(lengths[0])
-        self.cache.crop(keep)
+        if keep < self.length:
+            self.cache.crop(keep - self.length)  # negative = tokens to drop (transformers 4 and 5)
         self.length = keep
 
 
