@@ -115,7 +115,10 @@ def release(names=ASSIGNMENTS, course_dir: Path = HERE) -> list[Path]:
 
 def submit(name: str, student: str, answers: dict[str, str], course_dir: Path = HERE) -> Path:
     """Write a submission: the released notebook with the solution cells ``answers`` (grade_id -> code) filled in."""
-    nb = nbformat.read(course_dir / "release" / name / f"{name}.ipynb", as_version=4)
+    released = course_dir / "release" / name / f"{name}.ipynb"
+    if not released.exists():
+        raise FileNotFoundError(f"{released} does not exist: run `course.py release {name}` first")
+    nb = nbformat.read(released, as_version=4)
     unknown = set(answers) - {c.metadata.get("nbgrader", {}).get("grade_id") for c in nb.cells}
     if unknown:
         raise ValueError(f"no solution cells named {sorted(unknown)} in {name}")

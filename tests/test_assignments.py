@@ -50,6 +50,17 @@ def test_source_notebooks_are_built_from_src():
     assert course.stale_sources() == [], "run: python assignments/course.py build"
 
 
+def test_course_cli_check_and_argument_errors(capsys, course_dir, tmp_path):
+    assert course.main(["check"]) == 0
+    assert "up to date" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        course.main(["grade"])  # an assignment name is required
+    with pytest.raises(ValueError, match="no solution cells"):
+        course.submit("01_acceptance_rule", "x", {"no_such_cell": ""}, course_dir)
+    with pytest.raises(FileNotFoundError, match="release"):
+        course.submit("01_acceptance_rule", "x", {}, tmp_path)
+
+
 def test_kernel_python3_is_this_interpreter():
     from jupyter_client.manager import KernelManager
 
