@@ -33,10 +33,13 @@ import torch
 
 from .decode import generate, speculative_generate
 from .drafters import NGramDrafter
+from .drafters.adaptive import make_draft_adaptive, make_ngram_adaptive
+from .drafters.layer_skip import DEFAULT_EXIT_LAYER, make_layer_skip
+from .drafters.small_model import make_distilled
 from .models import LlamaTarget
 from .sampling import SamplingParams
 
-PLANNED_DRAFTERS = ("layerskip", "draft", "medusa", "eagle")  # named by the benchmark, not yet registered
+PLANNED_DRAFTERS = ("medusa", "eagle")  # named by the benchmark, not yet registered
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,15 @@ register_drafter("ngram", lambda model, tokenizer, **_: NGramDrafter(max_ngram=3
                  transformers_kwargs=lambda hf, tok, *, gamma, **_: {"prompt_lookup_num_tokens": gamma,
                                                                      "max_matching_ngram_size": 3},
                  description="prompt lookup: longest suffix match of up to 3 tokens (no model)")
+register_drafter("ngram-adaptive", make_ngram_adaptive, description="prompt lookup (n <= 6), draft length chosen "
+                 "per step from recent acceptance per match length and the measured verify cost")
+register_drafter("layerskip", make_layer_skip, description=f"the target's first {DEFAULT_EXIT_LAYER} blocks + its "
+                 "norm and head draft (early exit); shares the target's cache when given target=",
+                 transformers_kwargs=lambda hf, tok, *, gamma, **_: {"assistant_early_exit": DEFAULT_EXIT_LAYER,
+                                                                     "num_assistant_tokens": gamma,
+                                                                     "num_assistant_tokens_schedule": "constant"})
+register_drafter("draft", make_distilled, description="2-block distilled draft model, 8192-token head (shipped)")
+register_drafter("draft-adaptive", make_draft_adaptive, description="the distilled draft with the adaptive policy")
 
 
 # --------------------------------------------------------------------------- engines

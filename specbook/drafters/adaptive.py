@@ -101,7 +101,10 @@ class AdaptiveGamma:
     shadow: for drafters whose drafts are free and deterministic (prompt lookup), always ask for the
             full ``gamma`` tokens, verify only the chosen number, and score the whole proposal against
             the tokens that come back.  Acceptance stays observable even at gamma 0, so the policy may
-            stop drafting altogether (``min_gamma=0``) where lookups keep failing.
+            stop drafting altogether (``min_gamma=0``) where lookups keep failing.  If the drafter
+            reports ``last_match_lengths`` (one per row, as ``NGramDrafter`` does), acceptance is
+            estimated separately for each match length: a 4-token match is a better bet than a 1-token
+            one, and gets a longer draft.
     """
 
     def __init__(self, drafter: Drafter, policy: GammaPolicy = GammaPolicy(), shadow: bool = False):
@@ -114,47 +117,47 @@ class AdaptiveGamma:
 
     def reset(self) -> None:
         """Forget the acceptance history (a new workload)."""
-        self._accepted = self._verified = 0.0  # exponentially weighted counts
+        self._counts: dict = {}  # bucket -> [accepted, verified], exponentially weighted per observation
         self._heuristic_gamma = self.policy.start_gamma
-        self._last: list[tuple[list[int], list[int], int]] | None = None  # (context, proposal, verified length)
+        self._last: list[tuple[list[int], list[int], int, object]] | None = None  # (context, proposal, verified, bucket)
         self.history: list[int] = []  # gamma chosen at each step, for plots and tests
 
     @property
     def passes(self) -> int:
         return int(getattr(self.drafter, "passes", 0))
 
-    @property
-    def alpha_estimate(self) -> float:
+    def alpha_estimate(self, bucket=None) -> float:
         p = self.policy
-        return (self._accepted + p.prior * p.prior_alpha) / (self._verified + p.prior)
+        acc, ver = self._counts.get(bucket, (0.0, 0.0))
+        return (acc + p.prior * p.prior_alpha) / (ver + p.prior)
 
     def _observe(self, contexts: list[list[int]]) -> None:
         if self._last is None or len(self._last) != len(contexts):
             return
-        accepted = [accepted_count(prev, prop[:k], cur) for (prev, prop, k), cur in zip(self._last, contexts)]
+        accepted = [accepted_count(prev, prop[:k], cur) for (prev, prop, k, _), cur in zip(self._last, contexts)]
         if any(a is None for a in accepted):
             return  # not a continuation of the last step: nothing to learn from
         p = self.policy
-        if self.shadow:
-            scores = [revealed(prev, prop, cur) for (prev, prop, _), cur in zip(self._last, contexts)]
-        else:
-            scores = [(a, min(a + 1, k)) for a, (_, _, k) in zip(accepted, self._last)]
-        self._accepted = p.decay * self._accepted + sum(r for r, _ in scores)
-        self._verified = p.decay * self._verified + sum(j for _, j in scores)
-        if p.kind == "heuristic" and any(k for _, _, k in self._last):
-            all_in = all(a == k for a, (_, _, k) in zip(accepted, self._last))
+        for a, (prev, prop, k, bucket), cur in zip(accepted, self._last, contexts):
+            right, judged = revealed(prev, prop, cur) if self.shadow else (a, min(a + 1, k))
+            if judged:
+                acc, ver = self._counts.get(bucket, (0.0, 0.0))
+                self._counts[bucket] = (p.decay * acc + right, p.decay * ver + judged)
+        if p.kind == "heuristic" and any(k for _, _, k, _ in self._last):
+            all_in = all(a == k for a, (_, _, k, _) in zip(accepted, self._last))
             self._heuristic_gamma = (self._heuristic_gamma + 2 if all_in
                                      else max(p.min_gamma, self._heuristic_gamma - 1))
 
-    def choose(self, ceiling: int) -> int:
+    def choose(self, ceiling: int, bucket=None) -> int:
         """The draft length for the next step, in [min(min_gamma, ceiling), ceiling]."""
         p = self.policy
         if p.kind == "heuristic":
             self._heuristic_gamma = g = min(self._heuristic_gamma, ceiling)  # never climb far above the ceiling
         else:
+            alpha = self.alpha_estimate(bucket)
             best, best_speedup = 0, 1.0 / p.v(0)
             for g in range(1, ceiling + 1):
-                s = theory.speedup(self.alpha_estimate, g, p.c, p.v(g))
+                s = theory.speedup(alpha, g, p.c, p.v(g))
                 if s > best_speedup:
                     best, best_speedup = g, s
             g = best
@@ -164,12 +167,42 @@ class AdaptiveGamma:
                 generator: torch.Generator | None = None) -> Draft:
         rows = [c.tolist() for c in contexts]
         self._observe(rows)
-        g = self.choose(gamma)
+        if self.shadow:  # draft first (free), then decide how much of it to verify
+            draft = self.drafter.propose(contexts, gamma, params, generator)
+            buckets = list(getattr(self.drafter, "last_match_lengths", None) or [None] * len(rows))
+            g = max(self.choose(min(gamma, draft.num_tokens), b) for b in buckets) if draft.num_tokens else 0
+            proposals = draft.tokens.tolist()
+            draft = Draft(draft.tokens[:, :g], None if draft.probs is None else draft.probs[:, :g])
+        else:
+            buckets = [None] * len(rows)
+            g = self.choose(gamma)
+            draft = self.drafter.propose(contexts, g, params, generator)
+            proposals = draft.tokens.tolist()
         self.history.append(g)
-        draft = self.drafter.propose(contexts, gamma if self.shadow else g, params, generator)
-        proposals = draft.tokens.tolist()
-        if self.shadow:
-            k = min(g, draft.num_tokens)
-            draft = Draft(draft.tokens[:, :k], None if draft.probs is None else draft.probs[:, :k])
-        self._last = [(r, prop, draft.num_tokens) for r, prop in zip(rows, proposals)]
+        self._last = [(r, prop, draft.num_tokens, b) for r, prop, b in zip(rows, proposals, buckets)]
         return draft
+
+
+def measured_policy(model, c: float = 0.0, max_positions: int = 9, reps: int = 3, **kwargs) -> GammaPolicy:
+    """A "model" policy with this machine's verify-cost curve for ``model`` (a LlamaModel), measured now."""
+    from ..bench_engines import verify_cost_curve  # lazy: the bench imports the drafters
+    from ..models.target import LlamaTarget
+
+    target = LlamaTarget(model, max_length=160)
+    curve = verify_cost_curve(target, list(range(1000, 1128)), max_positions=max_positions, reps=reps)
+    return GammaPolicy(c=c, verify_cost=tuple(curve["v"]), **kwargs)
+
+
+def make_ngram_adaptive(model, tokenizer=None, **_):
+    """Bench factory: prompt lookup with the measured-cost policy, shadow scoring, free to stop drafting."""
+    from .ngram import NGramDrafter
+
+    return AdaptiveGamma(NGramDrafter(max_ngram=6), measured_policy(model, min_gamma=0), shadow=True)
+
+
+def make_draft_adaptive(model, tokenizer=None, *, target=None, **_):
+    """Bench factory: the distilled draft model with the measured-cost policy (c measured on this machine)."""
+    from .small_model import distilled_drafter, relative_cost
+
+    drafter = distilled_drafter(target if target is not None else model)
+    return AdaptiveGamma(drafter, measured_policy(model, c=relative_cost(drafter.model.model, model)))

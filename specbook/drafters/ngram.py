@@ -46,6 +46,7 @@ class NGramIndex:
         self.max_ngram, self.min_ngram, self.prefer = max_ngram, min_ngram, prefer
         self.history: list[int] = []
         self.table: dict[tuple[int, ...], int] = {}
+        self.last_match = 0  # suffix length the last lookup matched (0: none)
 
     def extend(self, tokens: list[int]) -> None:
         """Append ``tokens`` to the history and index every n-gram that now has a follower."""
@@ -65,10 +66,12 @@ class NGramIndex:
         """Up to ``gamma`` tokens that followed an earlier occurrence of the longest matching suffix."""
         h = self.history
         T = len(h)
+        self.last_match = 0
         for n in range(min(self.max_ngram, T - 1), self.min_ngram - 1, -1):
             e = self.table.get(tuple(h[T - n:]))
             if e is None:
                 continue
+            self.last_match = n
             if not overlap:
                 return h[e:e + gamma]
             out: list[int] = []
@@ -95,6 +98,7 @@ class NGramDrafter:
             raise ValueError(f"prefer must be 'latest' or 'earliest', got {prefer!r}")
         self.max_ngram, self.min_ngram, self.prefer, self.overlap = max_ngram, min_ngram, prefer, overlap
         self.passes = 0  # no model passes, ever
+        self.last_match_lengths: list[int] = []  # per row, the suffix length matched by the last propose
         self._rows: list[NGramIndex] = []
         self._shown: list[torch.Tensor] = []  # the context each row's index was last synced to
 
@@ -123,7 +127,9 @@ class NGramDrafter:
                 generator: torch.Generator | None = None) -> Draft:
         if len(contexts) < len(self._rows):  # a smaller batch: a new generation
             self._rows, self._shown = [], []
-        found = [self._sync(b, c.detach().cpu()).lookup(gamma, self.overlap) for b, c in enumerate(contexts)]
+        indexes = [self._sync(b, c.detach().cpu()) for b, c in enumerate(contexts)]
+        found = [index.lookup(gamma, self.overlap) for index in indexes]
+        self.last_match_lengths = [index.last_match for index in indexes]
         K = max(len(f) for f in found)
         # A row with a shorter match is padded by repeating its last token: any deterministic
         # draft is lossless (it is only verified), padding merely costs verify positions.

@@ -173,3 +173,26 @@ def distilled_drafter(target, directory: str | Path = WEIGHTS_DIR, name: str = D
 def make_distilled(model: LlamaModel, tokenizer=None, *, target=None, **_):
     """Bench factory (``register_drafter("draft", make_distilled)``)."""
     return distilled_drafter(target if target is not None else model)
+
+
+@torch.no_grad()
+def relative_cost(draft: LlamaModel, target: LlamaModel, context: int = 128, reps: int = 7) -> float:
+    """c: median time of one draft step over one target step (one token on a cached context), interleaved."""
+    import statistics
+    import time
+
+    times = {"draft": [], "target": []}
+    models = {"draft": draft, "target": target}
+    caches = {k: m.make_cache(1, context + 2) for k, m in models.items()}
+    x = torch.zeros(1, context, dtype=torch.long, device=target.embed.weight.device)
+    for k, m in models.items():
+        m(x, caches[k], logits_to_keep=1)
+    for rep in range(reps + 1):
+        for k in (("draft", "target") if rep % 2 else ("target", "draft")):
+            base = caches[k].lengths.clone()
+            t0 = time.perf_counter()
+            models[k](x[:, :1], caches[k]).float().argmax(-1).item()  # .item(): wait for the device
+            if rep:
+                times[k].append(time.perf_counter() - t0)
+            caches[k].rollback(base)
+    return statistics.median(times["draft"]) / statistics.median(times["target"])
