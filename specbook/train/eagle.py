@@ -125,9 +125,15 @@ def _losses(zhats, z, lab_ids, lab_lp, valid, lm, L):
 def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, epochs: float = 2.0,
                 batch_sequences: int = 8, lr: float = 1e-3, w_cls: float = 0.1, noise: float = 0.1,
                 unroll_steps: int = 1, step_weights: tuple[float, ...] = (1.0, 0.5, 0.25), seed: int = 0,
-                intermediate_size: int | None = None, progress: bool = True,
+                intermediate_size: int | None = None, weight_decay: float = 0.0,
+                val_seqs: list[int] | None = None, val_gamma: int = 5, progress: bool = True,
                 time_limit_s: float | None = None) -> tuple[EagleHead, dict]:
-    """Fit an EAGLE head on sequences ``seqs``; return (head, log)."""
+    """Fit an EAGLE head on sequences ``seqs``; return (head, log).
+
+    With ``val_seqs``, the greedy chain tau (``val_gamma`` drafts) on those sequences is
+    measured after every epoch and the best epoch's weights are returned (early stopping:
+    a few hundred replies are little data for a head of four million weights).
+    """
     if epochs <= 0 or batch_sequences < 1 or unroll_steps < 1:
         raise ValueError(f"need epochs > 0, batch_sequences >= 1, unroll_steps >= 1; got {epochs}, "
                          f"{batch_sequences}, {unroll_steps}")
@@ -136,12 +142,14 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     head = EagleHead(EagleConfig.for_target(model.config, len(vocab), intermediate_size), vocab)
     lm = model.lm_head.weight[vocab].detach().float()
     steps = max(1, math.ceil(epochs * len(seqs) / batch_sequences))
-    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.95))
+    opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
     warmup = min(20, steps // 10 + 1)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps)))
     lengths = torch.tensor([int(fs.starts[s + 1] - fs.starts[s]) for s in seqs])
-    log = {"steps": steps, "pairs": int((lengths - 2).clamp(min=0).sum()), "loss": []}
+    log = {"steps": steps, "pairs": int((lengths - 2).clamp(min=0).sum()), "loss": [], "validation": []}
+    best = (-1.0, None)
+    epoch_steps = math.ceil(len(seqs) / batch_sequences)
     t0 = time.perf_counter()
     bar = tqdm(range(steps), disable=not progress, desc="eagle head")
     order: list[int] = []
@@ -164,10 +172,22 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
         sched.step()
         log["loss"].append((step, float(loss.detach()), [a for _, _, a in per_step]))
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1=f"{per_step[0][2]:.2f}")
-        if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+        out_of_time = time_limit_s is not None and time.perf_counter() - t0 > time_limit_s
+        if val_seqs and ((step + 1) % epoch_steps == 0 or step + 1 == steps or out_of_time):
+            head.eval()
+            tau = chain_tau(chain_acceptance(head, model, fs, val_seqs, gamma=val_gamma), val_gamma)
+            head.train()
+            log["validation"].append((step + 1, round(tau, 4)))
+            if tau > best[0]:
+                best = (tau, {k: v.clone() for k, v in head.state_dict().items()})
+            bar.write(f"step {step + 1}: validation chain tau ({val_gamma} drafts) {tau:.3f}")
+        if out_of_time:
             log["stopped_early_at_step"] = step + 1
             break
     log["train_seconds"] = time.perf_counter() - t0
+    if best[1] is not None:
+        head.load_state_dict(best[1])
+        log["best_validation_tau"] = best[0]
     return head.eval(), log
 
 
@@ -202,34 +222,43 @@ def chain_tau(survival: torch.Tensor, gamma: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     from ..models.smollm2 import load_smollm2
-    from .features import build_features
-    from .heads_data import sample_prompts
+    from .features import build_features, load_cached
+    from .heads_data import training_mix
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train-prompts", type=int, default=400)
-    ap.add_argument("--heldout-prompts", type=int, default=40)
+    ap.add_argument("--train-prompts", type=int, default=240)
+    ap.add_argument("--heldout-prompts", type=int, default=24)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--draft-vocab", type=int, default=8192)
     ap.add_argument("--epochs", type=float, default=3.0)
     ap.add_argument("--batch-sequences", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--w-cls", type=float, default=0.1, help="weight of the token loss (EAGLE: 0.1)")
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--w-cls", type=float, default=0.5, help="weight of the token loss (EAGLE: 0.1)")
     ap.add_argument("--noise", type=float, default=0.1, help="half-width of the uniform feature noise")
-    ap.add_argument("--unroll", type=int, default=1, help="training steps of the head feeding on itself")
+    ap.add_argument("--unroll", type=int, default=2, help="training steps of the head feeding on itself")
+    ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
+    ap.add_argument("--from-cache", action="store_true",
+                    help="train on every reply already cached (ids recorded in the json) instead of the mix")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (1 is best on a shared CPU)")
     ap.add_argument("--out", default=str(WEIGHTS_DIR / DEFAULT_NAME))
     args = ap.parse_args(argv)
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     t_all = time.perf_counter()
     model, tok = load_smollm2()
     model.requires_grad_(False)
-    held = build_features(sample_prompts(args.heldout_prompts, heldout=True), max_new_tokens=args.max_new_tokens)
-    fs = build_features(sample_prompts(args.train_prompts), max_new_tokens=args.max_new_tokens)
+    if args.from_cache:
+        held, fs = load_cached(True, args.max_new_tokens), load_cached(False, args.max_new_tokens)
+    else:
+        held = build_features(training_mix(args.heldout_prompts, heldout=True), max_new_tokens=args.max_new_tokens)
+        fs = build_features(training_mix(args.train_prompts), max_new_tokens=args.max_new_tokens)
     fit, val = validation_indices(fs)
     vocab = draft_vocabulary(fs.select(fit), args.draft_vocab, always=(tok.eos_token_id,))
     head, log = train_eagle(fs, model, fit, vocab=vocab, epochs=args.epochs, batch_sequences=args.batch_sequences,
                             lr=args.lr, w_cls=args.w_cls, noise=args.noise, unroll_steps=args.unroll,
-                            time_limit_s=args.time_limit)
+                            weight_decay=args.weight_decay, val_seqs=val, time_limit_s=args.time_limit)
     surv_val = chain_acceptance(head, model, fs, val)
     surv_held = chain_acceptance(head, model, held, list(range(held.num_sequences)))
     report = {
@@ -240,11 +269,15 @@ def main(argv: list[str] | None = None) -> None:
     meta = {
         "default_tree": {"depth": 6, "top_k": 4, "num_nodes": 24},
         "training": {"command": "python -m specbook.train.eagle " + " ".join(argv or []), **vars(args),
+                     "train_prompt_ids": [fs.prompt_ids[i] for i in fit],
+                     "validation_prompt_ids": [fs.prompt_ids[i] for i in val],
+                     "heldout_prompt_ids": held.prompt_ids,
                      "train_sequences": len(fit), "validation_sequences": len(val),
                      "heldout_sequences": held.num_sequences, "pairs": log["pairs"], "steps": log["steps"],
                      "train_seconds": round(log["train_seconds"], 1),
                      "total_seconds": round(time.perf_counter() - t_all, 1),
                      "final_loss": log["loss"][-1][1] if log["loss"] else None,
+                     "validation_tau_per_epoch": log["validation"],
                      "stopped_early_at_step": log.get("stopped_early_at_step")},
         "heldout": report,
     }

@@ -174,6 +174,27 @@ def build_features(prompts: list[Prompt], *, max_new_tokens: int = 160, batch_si
     return _assemble([torch.load(root / _file_name(p.id)) for p in prompts])
 
 
+def default_root(max_new_tokens: int, cache: str | Path | None = None) -> Path:
+    from ..models.smollm2 import GGUF_SHA256
+
+    base = Path(cache) if cache is not None else cache_root() / "heads"
+    return base / f"smollm2-135m-instruct-{GGUF_SHA256[:12]}-new{max_new_tokens}-top{TOPK}"
+
+
+def load_cached(heldout: bool, max_new_tokens: int = 160, cache: str | Path | None = None) -> FeatureSet:
+    """Every SmolLM2 reply already in the cache for one split, in prompt-id order (how the shipped
+    heads were trained: the prompt ids are recorded next to the weights)."""
+    from .heads_data import is_heldout
+
+    root = default_root(max_new_tokens, cache)
+    files = sorted(root.glob("*.pt"))
+    rows = [torch.load(f) for f in files]
+    rows = [r for r in rows if is_heldout(r["prompt_id"]) == heldout]
+    if not rows:
+        raise ValueError(f"no cached {'held-out' if heldout else 'training'} replies under {root}")
+    return _assemble(sorted(rows, key=lambda r: r["prompt_id"]))
+
+
 def _assemble(rows: list[dict]) -> FeatureSet:
     lengths = torch.tensor([len(r["tokens"]) for r in rows], dtype=torch.long)
     return FeatureSet(

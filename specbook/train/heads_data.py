@@ -15,6 +15,7 @@ report acceptance after training, never for a gradient step or for choosing a tr
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass
@@ -186,6 +187,11 @@ def _math_prompts(n: int) -> list[Prompt]:
 
 def all_prompts() -> list[Prompt]:
     """Every prompt, in a fixed order: (id, category, text)."""
+    return list(_all_prompts())
+
+
+@functools.lru_cache(maxsize=1)
+def _all_prompts() -> tuple[Prompt, ...]:
     out: list[Prompt] = []
     for cat, templates in TEMPLATES.items():
         for ti, tpl in enumerate(templates):
@@ -198,7 +204,7 @@ def all_prompts() -> list[Prompt]:
         for pi, passage in enumerate(PASSAGES):
             out.append(Prompt(f"passage/{ti}/{pi}", "passage", tpl.format(p=passage)))
     out.extend(_math_prompts(60))
-    return out
+    return tuple(out)
 
 
 def split(prompts: list[Prompt] | None = None) -> tuple[list[Prompt], list[Prompt]]:
@@ -232,16 +238,19 @@ def sample_prompts(n: int, heldout: bool = False, seed: int = 0) -> list[Prompt]
 # edits and summaries that copy their source, answers and JSON taken from a passage,
 # explanations, arithmetic.  Categories of :mod:`specbook.train.data` (the drafters' shared
 # offline text: standard-library code and docstrings) join when that module is present.
-MIX = {"code-edit": 0.22, "summarize": 0.12, "passage": 0.2, "code-explain": 0.05, "code": 0.05, "math": 0.1,
-       "chat": 0.06, "explain": 0.05, "list": 0.05, "qa": 0.05, "write": 0.05}
+MIX = {"code-edit": 0.20, "summarize": 0.10, "doc-qa": 0.10, "code-json": 0.10, "passage": 0.15,
+       "arithmetic": 0.08, "math": 0.07, "chat": 0.06, "explain": 0.03, "qa": 0.03, "list": 0.02,
+       "write": 0.02, "code-explain": 0.02, "code": 0.02}
+SHARED_PER_CATEGORY = 150  # prompts asked of each category of specbook.train.data
 
 
-def _shared_prompts() -> list:
+@functools.lru_cache(maxsize=1)
+def _shared_prompts() -> tuple:
     try:
         from . import data
     except ImportError:
-        return []
-    return list(data.all_prompts())
+        return ()
+    return tuple(data.all_prompts(per_category=SHARED_PER_CATEGORY))
 
 
 def training_mix(n: int, heldout: bool = False, seed: int = 0) -> list:
@@ -249,7 +258,7 @@ def training_mix(n: int, heldout: bool = False, seed: int = 0) -> list:
     a larger n keeps every prompt of a smaller one, so cached replies are reused)."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    pool = [p for p in all_prompts() + _shared_prompts() if is_heldout(p.id) == heldout and p.category in MIX]
+    pool = [p for p in all_prompts() + list(_shared_prompts()) if is_heldout(p.id) == heldout and p.category in MIX]
     by_cat: dict[str, list] = {}
     for p in pool:
         by_cat.setdefault(p.category, []).append(p)
@@ -269,18 +278,27 @@ def training_mix(n: int, heldout: bool = False, seed: int = 0) -> list:
     return out
 
 
+@functools.lru_cache(maxsize=4)
+def _spans(texts: tuple[str, ...], span: int) -> frozenset:
+    seen = set()
+    for text in texts:
+        t = " ".join(text.split())
+        seen.update(t[i : i + span] for i in range(0, max(1, len(t) - span + 1)))
+    return frozenset(seen)
+
+
 def overlaps(texts: list[str], prompts: list | None = None, span: int = 60) -> list[tuple[int, str]]:
     """(index, shared piece) for each text that shares a ``span``-character stretch with a prompt
-    (whitespace normalised): evaluation prompts must be disjoint from the training prompts."""
-    prompts = all_prompts() + _shared_prompts() if prompts is None else prompts
-    seen = set()
-    for p in prompts:
-        t = " ".join(p.text.split())
-        seen.update(t[i : i + span] for i in range(0, max(1, len(t) - span + 1)))
+    (whitespace normalised; a prompt shorter than ``span`` must appear whole): evaluation
+    prompts must be disjoint from the training prompts."""
+    prompts = all_prompts() + list(_shared_prompts()) if prompts is None else prompts
+    seen = _spans(tuple(p.text for p in prompts), span)
+    short = [" ".join(p.text.split()) for p in prompts if len(" ".join(p.text.split())) < span]
     found = []
     for j, text in enumerate(texts):
         t = " ".join(text.split())
         hit = next((t[i : i + span] for i in range(0, max(1, len(t) - span + 1)) if t[i : i + span] in seen), None)
+        hit = hit or next((s for s in short if s in t), None)
         if hit is not None:
             found.append((j, hit))
     return found

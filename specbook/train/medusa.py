@@ -178,12 +178,12 @@ def expected_tokens(ranks: torch.Tensor, choices: list[list[int]] | None, chain:
 
 def main(argv: list[str] | None = None) -> None:
     from ..models.smollm2 import load_smollm2
-    from .features import build_features
-    from .heads_data import sample_prompts
+    from .features import build_features, load_cached
+    from .heads_data import training_mix
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train-prompts", type=int, default=400)
-    ap.add_argument("--heldout-prompts", type=int, default=40)
+    ap.add_argument("--train-prompts", type=int, default=240)
+    ap.add_argument("--heldout-prompts", type=int, default=24)
     ap.add_argument("--max-new-tokens", type=int, default=160)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--draft-vocab", type=int, default=8192)
@@ -191,14 +191,22 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
+    ap.add_argument("--from-cache", action="store_true",
+                    help="train on every reply already cached (ids recorded in the json) instead of the mix")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (1 is best on a shared CPU)")
     ap.add_argument("--out", default=str(WEIGHTS_DIR / DEFAULT_NAME))
     args = ap.parse_args(argv)
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     t_all = time.perf_counter()
     model, tok = load_smollm2()
     model.requires_grad_(False)
-    held = build_features(sample_prompts(args.heldout_prompts, heldout=True), max_new_tokens=args.max_new_tokens)
-    fs = build_features(sample_prompts(args.train_prompts), max_new_tokens=args.max_new_tokens)
+    if args.from_cache:
+        held, fs = load_cached(True, args.max_new_tokens), load_cached(False, args.max_new_tokens)
+    else:
+        held = build_features(training_mix(args.heldout_prompts, heldout=True), max_new_tokens=args.max_new_tokens)
+        fs = build_features(training_mix(args.train_prompts), max_new_tokens=args.max_new_tokens)
     fit, val = validation_indices(fs)
     vocab = draft_vocabulary(fs.select(fit), args.draft_vocab, always=(tok.eos_token_id,))
     heads, log = train_medusa(fs, model, fit, num_heads=args.heads, vocab=vocab, epochs=args.epochs,
@@ -215,6 +223,9 @@ def main(argv: list[str] | None = None) -> None:
     meta = {
         "trees": trees, "default_tree": "16",
         "training": {"command": "python -m specbook.train.medusa " + " ".join(argv or []), **vars(args),
+                     "train_prompt_ids": [fs.prompt_ids[i] for i in fit],
+                     "validation_prompt_ids": [fs.prompt_ids[i] for i in val],
+                     "heldout_prompt_ids": held.prompt_ids,
                      "train_sequences": len(fit), "validation_sequences": len(val),
                      "heldout_sequences": held.num_sequences, "positions": log["positions"], "steps": log["steps"],
                      "train_seconds": round(log["train_seconds"], 1),
