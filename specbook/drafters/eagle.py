@@ -207,6 +207,7 @@ class EagleDrafter:
         """The head shipped for SmolLM2-135M: ``tree="default"`` (the dynamic tree recorded with the
         weights), a :class:`DynamicTree`, or None for a chain."""
         head, meta = load_eagle()
+        head = head.to(model.embed.weight.device, model.embed.weight.dtype)
         if tree == "default":
             tree = DynamicTree(**meta["default_tree"])
         elif tree is not None and not isinstance(tree, DynamicTree):
@@ -234,18 +235,19 @@ class EagleDrafter:
         n = max(0, min(row["cache"].length, stable, agree - 1, T - 2))
         row["cache"].length = n
         feats = self.features.features(b)[n : T - 1][None].to(self._lm.dtype)  # (1, m, D)
-        nxt = torch.tensor(context[n + 1 : T], dtype=torch.long)[None]  # (1, m)
-        positions = torch.arange(n, T - 1)[None]
-        zhat = self.head(feats, self._embed(nxt), positions, row["cache"], self._prefix_mask(n, T - 1 - n))
+        dev = self._lm.device
+        nxt = torch.tensor(context[n + 1 : T], dtype=torch.long, device=dev)[None]  # (1, m)
+        positions = torch.arange(n, T - 1, device=dev)[None]
+        zhat = self.head(feats, self._embed(nxt), positions, row["cache"], self._prefix_mask(n, T - 1 - n, dev))
         self.passes += 1
         row["tokens"] = list(context)
         row["committed"] = T - 1
         return zhat[:, -1:]
 
     @staticmethod
-    def _prefix_mask(cached: int, n: int) -> torch.Tensor:
+    def _prefix_mask(cached: int, n: int, device) -> torch.Tensor:
         """(1, n, cached + n): all cached entries plus causal among the new ones."""
-        return torch.ones(n, cached + n, dtype=torch.bool).tril(diagonal=cached)[None]
+        return torch.ones(n, cached + n, dtype=torch.bool, device=device).tril(diagonal=cached)[None]
 
     def _logits(self, zhat: torch.Tensor) -> torch.Tensor:
         return zhat @ self._lm.T  # (..., Vd)
@@ -292,8 +294,9 @@ class EagleDrafter:
             tokens.append(int(vocab[d]))
             if i + 1 < gamma:
                 cache = self._rows[b]["cache"]  # the new pair sees every cached pair and itself
-                zhat = self.head(zhat, self._embed(vocab[d].view(1, 1)), torch.tensor([[pos]]), cache,
-                                 torch.ones(1, 1, cache.length + 1, dtype=torch.bool))
+                dev = self._lm.device
+                zhat = self.head(zhat, self._embed(vocab[d].view(1, 1)), torch.tensor([[pos]], device=dev), cache,
+                                 torch.ones(1, 1, cache.length + 1, dtype=torch.bool, device=dev))
                 self.passes += 1
                 pos += 1
         return torch.tensor(tokens), (torch.stack(probs) if probs else None)
@@ -314,7 +317,7 @@ class EagleDrafter:
             feed = sorted(newest, key=lambda i: (-score[i], i))[: cfg.top_k]
             # each fed node attends to the committed pairs, its fed ancestors and itself
             S = cache.length + len(feed)
-            mask = torch.zeros(1, len(feed), S, dtype=torch.bool)
+            mask = torch.zeros(1, len(feed), S, dtype=torch.bool)  # built on the CPU, moved once
             mask[0, :, :committed] = True
             for j, node in enumerate(feed):
                 a = par[node]
@@ -324,9 +327,11 @@ class EagleDrafter:
                 mask[0, j, cache.length + j] = True
             parent_z = torch.cat([zhat if par[n] < 0 else fed_z[par[n]] for n in feed], dim=1)  # (1, n, D)
             # a depth-d node's token sits at position T + d; its pair (parent zhat, token) one earlier
-            positions = torch.tensor([[T - 1 + level] * len(feed)])
+            dev = self._lm.device
+            positions = torch.tensor([[T - 1 + level] * len(feed)], device=dev)
             base = cache.length
-            out = self.head(parent_z, self._embed(torch.tensor([[tok[n] for n in feed]])), positions, cache, mask)
+            out = self.head(parent_z, self._embed(torch.tensor([[tok[n] for n in feed]], device=dev)), positions,
+                            cache, mask.to(dev))
             self.passes += 1
             for j, node in enumerate(feed):
                 slot[node] = base + j
@@ -344,3 +349,9 @@ class EagleDrafter:
         index = {old: new for new, old in enumerate(keep)}
         parents = [-1 if par[i] < 0 else index[par[i]] for i in keep]
         return torch.tensor([tok[i] for i in keep]), torch.tensor(parents)
+
+
+def make_eagle(model, tokenizer=None, *, gamma=None, device=None, dtype=None, tree="default") -> EagleDrafter:
+    """Benchmark factory (``specbook.bench_engines.register_drafter``): the shipped head on ``model``;
+    ``tree="default"`` is the recorded dynamic tree, None a chain of ``gamma`` drafts."""
+    return EagleDrafter.shipped(model, tree=tree)

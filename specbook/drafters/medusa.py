@@ -170,6 +170,7 @@ class MedusaDrafter:
         """The heads shipped for SmolLM2-135M with one of their measured trees: ``"default"``,
         a size (4, 8, 16, 24, 32, 48, 64) or None for a chain."""
         heads, meta = load_medusa()
+        heads = heads.to(model.embed.weight.device, model.embed.weight.dtype)
         if tree is None:
             return cls(heads, model)
         key = meta["default_tree"] if tree == "default" else str(tree)
@@ -209,3 +210,9 @@ class MedusaDrafter:
         draft = sample(q, generator)  # (B, k)
         probs = q.new_zeros(*q.shape[:-1], V).index_copy_(-1, vocab, q)  # (B, k, V)
         return Draft(vocab[draft], probs)
+
+
+def make_medusa(model, tokenizer=None, *, gamma=None, device=None, dtype=None, tree="default") -> MedusaDrafter:
+    """Benchmark factory (``specbook.bench_engines.register_drafter``): the shipped heads on ``model``;
+    ``tree`` is "default", a measured tree size, or None for a chain of ``min(gamma, 4)`` drafts."""
+    return MedusaDrafter.shipped(model, tree=tree)
