@@ -46,6 +46,8 @@ from .sampling import SamplingParams
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
 ENGINES = ("specbook", "transformers")
+CURVE_CONTEXT = 128  # cached tokens before the timed forward of the verify-cost curve
+CURVE_POSITIONS = 17  # n = 1..17 new positions
 
 
 def ids_sha256(ids: list[int]) -> str:
@@ -200,14 +202,17 @@ def run_bench(args) -> dict:
     dtype = getattr(torch, args.dtype)
     model, tokenizer = load_smollm2(args.device, dtype)
     prompt_ids = [chat_ids(tokenizer, p.prompt) for p in prompts]
-    max_length = min(model.config.max_position_embeddings, max(map(len, prompt_ids)) + args.max_new_tokens + args.gamma + 2)
+    longest = max(map(len, prompt_ids))
+    max_length = min(model.config.max_position_embeddings,
+                     max(longest + args.max_new_tokens + args.gamma + 2, min(longest, CURVE_CONTEXT) + CURVE_POSITIONS + 1))
 
     combos = []  # (engine object, drafter name, drafter object or generate kwargs)
     skipped = []
     if "specbook" in engines:
         sb = SpecbookEngine(model, max_length)
         for d in drafters:
-            combos.append((sb, d, get_drafter(d).make(model, tokenizer, gamma=args.gamma, device=args.device, dtype=dtype)))
+            combos.append((sb, d, get_drafter(d).make(model, tokenizer, gamma=args.gamma, device=args.device, dtype=dtype,
+                                                      target=sb.target)))
     if "transformers" in engines:
         from transformers import LlamaForCausalLM
 
@@ -239,11 +244,11 @@ def run_bench(args) -> dict:
 
     curves = {}
     if args.curve_reps:
-        context = prompt_ids[0][:128]
+        context = prompt_ids[0][:CURVE_CONTEXT]
         if "specbook" in engines:
-            curves["specbook"] = verify_cost_curve(sb.target, context, 17, args.curve_reps)
+            curves["specbook"] = verify_cost_curve(sb.target, context, CURVE_POSITIONS, args.curve_reps)
         if "transformers" in engines:
-            curves["transformers"] = verify_cost_curve(hf, context, 17, args.curve_reps)
+            curves["transformers"] = verify_cost_curve(hf, context, CURVE_POSITIONS, args.curve_reps)
     if hasattr(os, "getloadavg"):
         machine["load_average_end"] = round(os.getloadavg()[0], 2)
     runs, overall = aggregate(records, params.greedy)

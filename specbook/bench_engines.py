@@ -44,7 +44,10 @@ PLANNED_DRAFTERS = ("medusa", "eagle")  # named by the benchmark, not yet regist
 
 @dataclass(frozen=True)
 class DrafterSpec:
-    """make(model, tokenizer, *, gamma, device, dtype) -> Drafter, or None for plain decoding.
+    """make(model, tokenizer, *, gamma, device, dtype, target) -> Drafter, or None for plain decoding.
+
+    ``target`` is the ``LlamaTarget`` the loop decodes with (a drafter may share its cache);
+    factories should accept and ignore keyword arguments they do not use (``**_``).
 
     transformers_kwargs(hf_model, tokenizer, *, gamma) -> extra ``generate`` kwargs, or None
     when transformers has no equivalent (that engine then skips this drafter).

