@@ -35,6 +35,8 @@ def _fmt_power(x: float) -> str:
 def _fmt_margin(x: float) -> str:
     if math.isnan(x):
         return "-"
+    if x >= 1000:  # needed_scale searches down to 1e-4; beyond 1000x the figure says nothing more
+        return "> 1000x"
     return f"{x:.0f}x" if x >= 10 else f"{x:.1f}x"
 
 
