@@ -226,6 +226,18 @@ def test_time_budget_is_a_failure_not_a_hang():
     assert report.seconds < 5
 
 
+def test_checker_runs_single_threaded_and_restores_the_setting():
+    before = torch.get_num_threads()
+    seen = []
+
+    def rule(p, q, x, g):
+        seen.append(torch.get_num_threads())
+        raise NotImplementedError
+
+    check_token_rule(rule)
+    assert set(seen) == {1} and torch.get_num_threads() == before
+
+
 def test_output_coercion():
     assert as_token(3) == 3 and as_token(np.int64(2)) == 2 and as_token(torch.tensor([4])) == 4
     for bad in (2.0, True, "1", torch.tensor([1, 2]), torch.tensor(1.5), None):
