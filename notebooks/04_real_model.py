@@ -40,7 +40,7 @@ import os
 
 FAST = os.environ.get("SPECBOOK_FAST", "0") == "1"  # the test suite sets SPECBOOK_FAST=1
 PER_CATEGORY = 1 if FAST else 3  # prompts per workload category
-MAX_NEW = 24 if FAST else 64  # tokens generated per prompt
+MAX_NEW = 16 if FAST else 64  # tokens generated per prompt
 GAMMA = 4  # draft tokens per verification
 CURVE_REPS = 3 if FAST else 7  # repetitions per point of the verify-cost curve
 

@@ -198,6 +198,11 @@ def run_bench(args) -> dict:
     drafters = _names("none," + args.drafters, list(DRAFTERS), "drafters")
     if args.threads:
         torch.set_num_threads(args.threads)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
+    if torch.device(args.device).type == "cpu" and torch.get_num_threads() > 1 and load > (os.cpu_count() or 1):
+        print(f"bench: the machine is busy (load {load:.1f} on {os.cpu_count()} cores); with "
+              f"{torch.get_num_threads()} threads every op waits for descheduled threads: consider --threads 1",
+              file=sys.stderr)
     prompts = select(load_prompts(args.prompts), args.categories.split(",") if args.categories else None, args.limit)
     dtype = getattr(torch, args.dtype)
     model, tokenizer = load_smollm2(args.device, dtype)
