@@ -115,7 +115,7 @@ def _round(x, nd=4):
     return None if x is None else round(x, nd)
 
 
-def engine_ratio(records: list[dict]) -> dict | None:
+def engine_ratio(records: list[dict], greedy: bool = True) -> dict | None:
     """specbook vs transformers plain decoding, median of per-prompt tokens/s ratios, side by side."""
     sb = {r["id"]: r for r in records if r["engine"] == "specbook" and r["drafter"] == "none"}
     tf = {r["id"]: r for r in records if r["engine"] == "transformers" and r["drafter"] == "none"}
@@ -123,7 +123,7 @@ def engine_ratio(records: list[dict]) -> dict | None:
     if not both:
         return None
     ratios = [tf[i]["seconds"] / sb[i]["seconds"] for i in both]
-    same = sum(sb[i]["sha256"] == tf[i]["sha256"] for i in both)
+    same = sum(sb[i]["sha256"] == tf[i]["sha256"] for i in both) if greedy else None  # sampled outputs differ
     return {"specbook_over_transformers_tokens_per_s_median": round(statistics.median(ratios), 4),
             "min": round(min(ratios), 4), "max": round(max(ratios), 4), "prompts": len(both),
             "identical_plain_outputs": same}
@@ -141,8 +141,9 @@ def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curv
     if ratio:
         lines.append(f"\nplain decoding, specbook / transformers tokens/s (median of {ratio['prompts']} prompts): "
                      f"{ratio['specbook_over_transformers_tokens_per_s_median']:.2f} "
-                     f"(range {ratio['min']:.2f}-{ratio['max']:.2f}); identical outputs on "
-                     f"{ratio['identical_plain_outputs']}/{ratio['prompts']} prompts")
+                     f"(range {ratio['min']:.2f}-{ratio['max']:.2f})"
+                     + ("" if ratio["identical_plain_outputs"] is None else
+                        f"; identical outputs on {ratio['identical_plain_outputs']}/{ratio['prompts']} prompts"))
     for engine, c in curves.items():
         v = c["v"]
         pick = [n for n in (2, 3, 5, 9, 17) if n <= len(v)]
@@ -262,7 +263,7 @@ def run_bench(args) -> dict:
                          "gamma": args.gamma, "dtype": args.dtype, "limit": args.limit, "engines": engines,
                          "drafters": drafters, "prompts_file": args.prompts or "built-in", "seed": args.seed,
                          "stop_at_eos": False, "command": "python -m specbook bench " + " ".join(args.argv)},
-            "runs": runs, "overall": overall, "skipped": skipped, "engine_ratio": engine_ratio(records),
+            "runs": runs, "overall": overall, "skipped": skipped, "engine_ratio": engine_ratio(records, params.greedy),
             "verify_cost": curves, "per_prompt": records}
 
 

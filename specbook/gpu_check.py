@@ -116,7 +116,8 @@ def bench_checks(device: str, limit: int, max_new_tokens: int, curve_reps: int,
     if ratio:
         rows.append(_row("bench: specbook / transformers plain tok/s", True,
                          f"{ratio['specbook_over_transformers_tokens_per_s_median']:.2f} (median of {ratio['prompts']} "
-                         f"prompts); identical outputs {ratio['identical_plain_outputs']}/{ratio['prompts']}", 0.0))
+                         f"prompts); identical greedy outputs {ratio['identical_plain_outputs']}/{ratio['prompts']}",
+                         0.0))
     return rows, result
 
 
