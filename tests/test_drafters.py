@@ -463,7 +463,8 @@ def test_greedy_speculative_equals_greedy_autoregressive_on_smollm2(real, name):
     drafter = real_drafter(name, model, tokenizer, target)
     accepted = 0
     for p, ref in zip(prompts, plain):
-        out = speculative_generate(target, drafter, torch.tensor([p]), N_NEW, GREEDY, gamma=4)
+        gamma = 2 if name.startswith(("layerskip", "hf")) else 4  # costly drafters: shorter drafts, faster test
+        out = speculative_generate(target, drafter, torch.tensor([p]), N_NEW, GREEDY, gamma=gamma)
         got = out.new_tokens[0].tolist()
         accepted += out.stats.accepted
         if got != ref:

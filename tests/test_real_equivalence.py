@@ -22,6 +22,7 @@ computes it once and copies the keys/values into all rows (checked exact below).
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 import torch
@@ -104,7 +105,8 @@ def test_greedy_specbook_speculative_and_transformers_agree(real):
             note = check_same(model, prompt, out["specbook"], ids, f"{text!r}, {name}")
             if note:
                 notes.append(note)
-    print("\n".join(notes) or "all four decoders identical on every prompt")
+    if notes:  # explained, never hidden: shown in pytest's warnings summary
+        warnings.warn("greedy near-tie differences:\n" + "\n".join(notes))
 
 
 # ---------------------------------------------------------------- sampling: exact joint law of two tokens
