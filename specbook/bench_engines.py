@@ -7,7 +7,7 @@ Shape legend: T prompt length, N new positions in one forward, V vocab.
   in, which ``generate`` keyword arguments switch it on there.  ``none`` is plain
   decoding.  A new drafter only registers a factory::
 
-      register_drafter("layerskip", make=lambda model, tokenizer, *, gamma, device, dtype: ...)
+      register_drafter("mine", make=lambda model, tokenizer, *, gamma, target=None, **_: MyDrafter(model))
 
 * **Engines**: ``specbook`` runs :func:`specbook.decode.generate` /
   :func:`~specbook.decode.speculative_generate` on the readable Llama
