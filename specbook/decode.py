@@ -206,13 +206,14 @@ def speculative_generate(
         draft: Draft = drafter.propose(contexts, gamma, params, generator)
         K = draft.num_tokens
         lengths_before = target.cache_lengths  # (B,)
-        fed = torch.cat([pending, draft.tokens.to(pending.device)], dim=1)  # (B, K+1)
+        draft_tokens = draft.tokens.to(pending.device)  # a drafter may build its tokens on another device
+        fed = torch.cat([pending, draft_tokens], dim=1)  # (B, K+1)
         if draft.parents is None:
             logits = target.forward(fed)  # (B, K+1, V)
             if params.greedy:
-                tokens, num_emitted = verify_greedy(logits, draft.tokens)
+                tokens, num_emitted = verify_greedy(logits, draft_tokens)
             else:
-                tokens, num_emitted = verify_chain(logits_to_probs(logits, params), draft.probs, draft.tokens, generator)
+                tokens, num_emitted = verify_chain(logits_to_probs(logits, params), draft.probs, draft_tokens, generator)
             # keep the pending token and the accepted drafts; the last emitted token becomes pending
             target.rollback(lengths_before + num_emitted)
             kept = [list(range(n)) for n in num_emitted.tolist()]
@@ -223,9 +224,9 @@ def speculative_generate(
             fed_parents = torch.cat([parents.new_full((1,), -1), torch.where(parents < 0, 0, parents + 1)])  # (K+1,)
             logits = target.forward(fed, parents=fed_parents)  # (B, K+1, V)
             if params.greedy:
-                tokens, num_emitted, path = verify_tree_greedy(logits, draft.tokens, parents)
+                tokens, num_emitted, path = verify_tree_greedy(logits, draft_tokens, parents)
             else:
-                tokens, num_emitted, path = verify_tree(logits_to_probs(logits, params), draft.probs, draft.tokens,
+                tokens, num_emitted, path = verify_tree(logits_to_probs(logits, params), draft.probs, draft_tokens,
                                                         parents, generator)
             # keep the pending token and the accepted path, packed into place
             kept = keep_indices(path, num_emitted)
