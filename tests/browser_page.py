@@ -205,10 +205,27 @@ def log_console_errors(lesson: Lesson) -> list[str]:
     return [f"[log console, {level}] {text}" for level, text in entries if level in {"error", "critical"}]
 
 
+WIDGET_SETTLE_S = 20  # how long a widget view may say "Loading widget..." before it counts as broken
+
+
 def widget_render_errors(lesson: Lesson) -> list[str]:
-    """Widget views that failed to render: the widget manager writes this text in their place."""
-    texts = lesson.page.locator(".jp-OutputArea-output", has_text="Error displaying widget").all_inner_texts()
-    return [f"[widget] {t[:500]}" for t in texts]
+    """Widget views that failed to render.
+
+    The widget manager writes "Error displaying widget" in place of a view it
+    could not build. A view whose model never arrives can instead stay at
+    "Loading widget..." for good (the manager waits for the kernel's widget
+    state before it gives up), so a view still loading after
+    ``WIDGET_SETTLE_S`` seconds counts as broken too.
+    """
+    outputs = lesson.page.locator(".jp-OutputArea-output")
+    loading = outputs.filter(has_text="Loading widget...")
+    deadline = time.monotonic() + WIDGET_SETTLE_S
+    while loading.count() and time.monotonic() < deadline:
+        lesson.page.wait_for_timeout(250)
+    failed = outputs.filter(has_text="Error displaying widget").all_inner_texts()
+    stuck = loading.all_inner_texts()
+    return ([f"[widget] {t[:500]}" for t in failed]
+            + [f"[widget] never rendered after {WIDGET_SETTLE_S} s: {t[:200]}" for t in stuck])
 
 
 def save_and_read(lesson: Lesson):
