@@ -26,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -268,7 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     meta = {
         "default_tree": {"depth": 6, "top_k": 4, "num_nodes": 24},
-        "training": {"command": "python -m specbook.train.eagle " + " ".join(argv or []), **vars(args),
+        "training": {"command": " ".join(["python -m specbook.train.eagle", *(sys.argv[1:] if argv is None else argv)]),
+                     **{**vars(args), "out": Path(args.out).name},
                      "train_prompt_ids": [fs.prompt_ids[i] for i in fit],
                      "validation_prompt_ids": [fs.prompt_ids[i] for i in val],
                      "heldout_prompt_ids": held.prompt_ids,

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
+from pathlib import Path
 from collections import Counter
 
 import torch
@@ -222,7 +224,8 @@ def main(argv: list[str] | None = None) -> None:
     }
     meta = {
         "trees": trees, "default_tree": "16",
-        "training": {"command": "python -m specbook.train.medusa " + " ".join(argv or []), **vars(args),
+        "training": {"command": " ".join(["python -m specbook.train.medusa", *(sys.argv[1:] if argv is None else argv)]),
+                     **{**vars(args), "out": Path(args.out).name},
                      "train_prompt_ids": [fs.prompt_ids[i] for i in fit],
                      "validation_prompt_ids": [fs.prompt_ids[i] for i in val],
                      "heldout_prompt_ids": held.prompt_ids,
