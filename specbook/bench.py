@@ -45,6 +45,7 @@ from .sampling import SamplingParams
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
 ENGINES = ("specbook", "transformers")
+TREE_ROOM = 72  # cache slots past the text kept free for a verified tree (largest shipped tree: 64 nodes)
 CURVE_CONTEXT = 128  # cached tokens before the timed forward of the verify-cost curve
 CURVE_POSITIONS = 17  # n = 1..17 new positions
 
@@ -129,13 +130,14 @@ def engine_ratio(records: list[dict], greedy: bool = True) -> dict | None:
 
 
 def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curves: dict) -> str:
-    head = f"{'engine':<13}{'drafter':<10}{'category':<17}{'n':>3}{'tok/s':>8}{'tau':>7}{'alpha':>7}{'speedup':>9}  same"
+    w = max([10] + [len(r["drafter"]) + 2 for r in runs + overall])
+    head = f"{'engine':<13}{'drafter':<{w}}{'category':<17}{'n':>3}{'tok/s':>8}{'tau':>7}{'alpha':>7}{'speedup':>9}  same"
     lines = [head, "-" * len(head)]
     for r in sorted(runs + overall, key=lambda r: (r["engine"], r["drafter"], r["category"] == "all", r["category"])):
         alpha = "-" if r["alpha"] is None else f"{r['alpha']:.2f}"
         same = {True: "yes", False: "NO", None: "-"}[r["outputs_identical_to_autoregressive"]]
         sp = "-" if r["speedup_vs_autoregressive"] is None else f"{r['speedup_vs_autoregressive']:.2f}x"
-        lines.append(f"{r['engine']:<13}{r['drafter']:<10}{r['category']:<17}{r['prompts']:>3}"
+        lines.append(f"{r['engine']:<13}{r['drafter']:<{w}}{r['category']:<17}{r['prompts']:>3}"
                      f"{r['tokens_per_s']:>8.1f}{r['tau']:>7.2f}{alpha:>7}{sp:>9}  {same}")
     if ratio:
         lines.append(f"\nplain decoding, specbook / transformers tokens/s (median of {ratio['prompts']} prompts): "
@@ -194,7 +196,7 @@ def run_bench(args) -> dict:
     engines = _names(args.engines, ENGINES, "engines")
     for name in args.drafters.split(","):
         if name.strip():
-            get_drafter(name.strip())  # a clear error for planned or misspelt names
+            get_drafter(name.strip())  # a clear error for misspelt names
     drafters = _names("none," + args.drafters, list(DRAFTERS), "drafters")
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -209,7 +211,7 @@ def run_bench(args) -> dict:
     prompt_ids = [chat_ids(tokenizer, p.prompt) for p in prompts]
     longest = max(map(len, prompt_ids))
     max_length = min(model.config.max_position_embeddings,
-                     max(longest + args.max_new_tokens + args.gamma + 2, min(longest, CURVE_CONTEXT) + CURVE_POSITIONS + 1))
+                     max(longest + args.max_new_tokens + max(args.gamma, TREE_ROOM) + 2, min(longest, CURVE_CONTEXT) + CURVE_POSITIONS + 1))
 
     combos = []  # (engine object, drafter name, drafter object or generate kwargs)
     skipped = []

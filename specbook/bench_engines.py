@@ -34,12 +34,12 @@ import torch
 from .decode import generate, speculative_generate
 from .drafters import NGramDrafter
 from .drafters.adaptive import make_draft_adaptive, make_ngram_adaptive
+from .drafters.eagle import make_eagle
 from .drafters.layer_skip import DEFAULT_EXIT_LAYER, make_layer_skip
+from .drafters.medusa import make_medusa
 from .drafters.small_model import make_distilled
 from .models import LlamaTarget
 from .sampling import SamplingParams
-
-PLANNED_DRAFTERS = ("medusa", "eagle")  # named by the benchmark, not yet registered
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,7 @@ def register_drafter(name: str, make: Callable, *, transformers_kwargs: Callable
 
 def get_drafter(name: str) -> DrafterSpec:
     if name not in DRAFTERS:
-        planned = f"; {name!r} is planned but not available yet" if name in PLANNED_DRAFTERS else ""
-        raise ValueError(f"unknown drafter {name!r}{planned}; available: {', '.join(DRAFTERS)}")
+        raise ValueError(f"unknown drafter {name!r}; available: {', '.join(DRAFTERS)}")
     return DRAFTERS[name]
 
 
@@ -94,6 +93,13 @@ register_drafter("layerskip", make_layer_skip, description=f"the target's first 
                                                                      "num_assistant_tokens_schedule": "constant"})
 register_drafter("draft", make_distilled, description="2-block distilled draft model, 8192-token head (shipped)")
 register_drafter("draft-adaptive", make_draft_adaptive, description="the distilled draft with the adaptive policy")
+register_drafter("medusa", make_medusa, description="4 Medusa heads on the last hidden state, the shipped choice "
+                 "tree (shipped weights)")
+register_drafter("medusa-chain", lambda model, tokenizer=None, **_: make_medusa(model, tree=None),
+                 description="the Medusa heads as a chain (one guess per head)")
+register_drafter("eagle", make_eagle, description="EAGLE feature head, EAGLE-2 dynamic tree (shipped weights)")
+register_drafter("eagle-chain", lambda model, tokenizer=None, **_: make_eagle(model, tree=None),
+                 description="the EAGLE head as a chain of gamma drafts")
 
 
 # --------------------------------------------------------------------------- engines

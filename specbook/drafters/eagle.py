@@ -351,7 +351,7 @@ class EagleDrafter:
         return torch.tensor([tok[i] for i in keep]), torch.tensor(parents)
 
 
-def make_eagle(model, tokenizer=None, *, gamma=None, device=None, dtype=None, tree="default") -> EagleDrafter:
+def make_eagle(model, tokenizer=None, *, tree="default", **_) -> EagleDrafter:
     """Benchmark factory (``specbook.bench_engines.register_drafter``): the shipped head on ``model``;
     ``tree="default"`` is the recorded dynamic tree, None a chain of ``gamma`` drafts."""
     return EagleDrafter.shipped(model, tree=tree)

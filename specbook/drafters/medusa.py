@@ -212,7 +212,7 @@ class MedusaDrafter:
         return Draft(vocab[draft], probs)
 
 
-def make_medusa(model, tokenizer=None, *, gamma=None, device=None, dtype=None, tree="default") -> MedusaDrafter:
+def make_medusa(model, tokenizer=None, *, tree="default", **_) -> MedusaDrafter:
     """Benchmark factory (``specbook.bench_engines.register_drafter``): the shipped heads on ``model``;
     ``tree`` is "default", a measured tree size, or None for a chain of ``min(gamma, 4)`` drafts."""
     return MedusaDrafter.shipped(model, tree=tree)
