@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm.auto import tqdm
 
+from . import recorded_command
+
 from ..drafters.small_model import WEIGHTS_DIR, DEFAULT_NAME, DraftConfig, build_draft_model, save_draft
 from ..models.llama import LlamaModel
 from .data import all_prompts, check_disjoint, distillation_set, prompts_digest
@@ -216,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     coverage = float(torch.isin(torch.cat([e["tokens"][e["prompt_length"]:] for e in held]).long(),
                                 draft.lm_head.vocab_ids).double().mean())
     meta = {
-        "command": "python -m specbook.train.distill " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": recorded_command("specbook.train.distill", argv),
         "distill": asdict(config), "per_category": args.per_category, "max_new_tokens": args.max_new_tokens,
         "top_k": args.top_k, "prompts_digest": prompts_digest(prompts),
         "train_sequences": len(train), "heldout_sequences": len(held),

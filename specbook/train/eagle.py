@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+
+from . import recorded_command
 
 from ..drafters.eagle import EagleConfig, EagleHead, save_eagle
 from ..drafters.medusa import WEIGHTS_DIR
@@ -270,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     meta = {
         "default_tree": {"depth": 6, "top_k": 4, "num_nodes": 24},
-        "training": {"command": " ".join(["python -m specbook.train.eagle", *(sys.argv[1:] if argv is None else argv)]),
+        "training": {"command": recorded_command("specbook.train.eagle", argv),
                      **{**vars(args), "out": Path(args.out).name},
                      "train_prompt_ids": [fs.prompt_ids[i] for i in fit],
                      "validation_prompt_ids": [fs.prompt_ids[i] for i in val],

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
 from pathlib import Path
 from collections import Counter
@@ -26,6 +25,8 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+
+from . import recorded_command
 
 from ..drafters.medusa import WEIGHTS_DIR, MedusaConfig, MedusaHeads, save_medusa
 from .features import FeatureSet, draft_vocabulary, validation_indices
@@ -224,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     meta = {
         "trees": trees, "default_tree": "16",
-        "training": {"command": " ".join(["python -m specbook.train.medusa", *(sys.argv[1:] if argv is None else argv)]),
+        "training": {"command": recorded_command("specbook.train.medusa", argv),
                      **{**vars(args), "out": Path(args.out).name},
                      "train_prompt_ids": [fs.prompt_ids[i] for i in fit],
                      "validation_prompt_ids": [fs.prompt_ids[i] for i in val],
