@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -43,6 +44,7 @@ from specbook.train.medusa import best_choices, expected_tokens, head_ranks, tra
 from statfamily import check_fit, check_rejects
 
 MIN_MARGIN = 1e-3
+REPO = Path(__file__).resolve().parents[1]
 V_TINY, VD_TINY = 12, 9
 
 
@@ -432,6 +434,21 @@ def test_smollm2_greedy_tree_decoding_with_medusa_and_eagle_equals_autoregressiv
             out = speculative_generate(target, drafter, prompt, n_new, GREEDY, gamma=5)
             _check_equal(model, prompt, ref, out.new_tokens, label)
             assert out.stats.accepted > 0, label  # the shipped heads do get drafts accepted
+
+
+def test_shipped_heads_record_their_exact_training_prompts():
+    """Each shipped head names the prompt set it was trained on, and that file holds exactly the
+    prompts its json lists (train, validation, held-out), each split as ``is_heldout`` says."""
+    for name, kind in (("medusa_smollm2-135m", "medusa"), ("eagle_smollm2-135m", "eagle")):
+        training = json.loads((WEIGHTS_DIR / f"{name}.json").read_text())["training"]
+        path = f"specbook/data/{kind}_prompts.jsonl"
+        assert f"--prompt-set {path}" in training["command"] and training["prompt_set"] == path
+        rows = [json.loads(line) for line in (REPO / path).read_text().splitlines()]
+        ids = {r["id"] for r in rows}
+        assert len(ids) == len(rows) and all(r["prompt_token_ids"] for r in rows)
+        assert ids == set(training["train_prompt_ids"]) | set(training["validation_prompt_ids"]) | set(
+            training["heldout_prompt_ids"])
+        assert {i for i in ids if is_heldout(i)} == set(training["heldout_prompt_ids"])
 
 
 @pytest.mark.model

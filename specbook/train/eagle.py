@@ -130,12 +130,14 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
                 unroll_steps: int = 1, step_weights: tuple[float, ...] = (1.0, 0.5, 0.25), seed: int = 0,
                 intermediate_size: int | None = None, weight_decay: float = 0.0,
                 val_seqs: list[int] | None = None, val_gamma: int = 5, progress: bool = True,
-                time_limit_s: float | None = None) -> tuple[EagleHead, dict]:
+                time_limit_s: float | None = None, max_steps: int | None = None) -> tuple[EagleHead, dict]:
     """Fit an EAGLE head on sequences ``seqs``; return (head, log).
 
     With ``val_seqs``, the greedy chain tau (``val_gamma`` drafts) on those sequences is
     measured after every epoch and the best epoch's weights are returned (early stopping:
-    a few hundred replies are little data for a head of four million weights).
+    a few hundred replies are little data for a head of four million weights).  Training stops
+    after ``time_limit_s`` seconds or ``max_steps`` steps (the learning-rate schedule still
+    spans ``epochs``), whichever comes first; the step count is the reproducible one.
     """
     if epochs <= 0 or batch_sequences < 1 or unroll_steps < 1:
         raise ValueError(f"need epochs > 0, batch_sequences >= 1, unroll_steps >= 1; got {epochs}, "
@@ -175,7 +177,8 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
         sched.step()
         log["loss"].append((step, float(loss.detach()), [a for _, _, a in per_step]))
         bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1=f"{per_step[0][2]:.2f}")
-        out_of_time = time_limit_s is not None and time.perf_counter() - t0 > time_limit_s
+        out_of_time = ((time_limit_s is not None and time.perf_counter() - t0 > time_limit_s)
+                       or (max_steps is not None and step + 1 >= max_steps))
         if val_seqs and ((step + 1) % epoch_steps == 0 or step + 1 == steps or out_of_time):
             head.eval()
             tau = chain_tau(chain_acceptance(head, model, fs, val_seqs, gamma=val_gamma), val_gamma)
@@ -225,7 +228,7 @@ def chain_tau(survival: torch.Tensor, gamma: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     from ..models.smollm2 import load_smollm2
-    from .features import build_features, load_cached
+    from .features import build_features, load_prompt_set
     from .heads_data import training_mix
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -241,8 +244,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--unroll", type=int, default=2, help="training steps of the head feeding on itself")
     ap.add_argument("--weight-decay", type=float, default=0.01)
     ap.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
-    ap.add_argument("--from-cache", action="store_true",
-                    help="train on every reply already cached (ids recorded in the json) instead of the mix")
+    ap.add_argument("--max-steps", type=int, default=None,
+                    help="stop training after this many steps (the schedule still spans --epochs)")
+    ap.add_argument("--prompt-set", default=None,
+                    help="a JSON-lines prompt set (id, category, prompt token ids) instead of the mix: the exact "
+                         "data of the shipped head: specbook/data/eagle_prompts.jsonl")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (1 is best on a shared CPU)")
     ap.add_argument("--out", default=str(WEIGHTS_DIR / DEFAULT_NAME))
     args = ap.parse_args(argv)
@@ -252,8 +258,9 @@ def main(argv: list[str] | None = None) -> None:
     t_all = time.perf_counter()
     model, tok = load_smollm2()
     model.requires_grad_(False)
-    if args.from_cache:
-        held, fs = load_cached(True, args.max_new_tokens), load_cached(False, args.max_new_tokens)
+    if args.prompt_set:
+        held = load_prompt_set(args.prompt_set, True, max_new_tokens=args.max_new_tokens)
+        fs = load_prompt_set(args.prompt_set, False, max_new_tokens=args.max_new_tokens)
     else:
         held = build_features(training_mix(args.heldout_prompts, heldout=True), max_new_tokens=args.max_new_tokens)
         fs = build_features(training_mix(args.train_prompts), max_new_tokens=args.max_new_tokens)
@@ -261,7 +268,8 @@ def main(argv: list[str] | None = None) -> None:
     vocab = draft_vocabulary(fs.select(fit), args.draft_vocab, always=(tok.eos_token_id,))
     head, log = train_eagle(fs, model, fit, vocab=vocab, epochs=args.epochs, batch_sequences=args.batch_sequences,
                             lr=args.lr, w_cls=args.w_cls, noise=args.noise, unroll_steps=args.unroll,
-                            weight_decay=args.weight_decay, val_seqs=val, time_limit_s=args.time_limit)
+                            weight_decay=args.weight_decay, val_seqs=val, time_limit_s=args.time_limit,
+                            max_steps=args.max_steps)
     surv_val = chain_acceptance(head, model, fs, val)
     surv_held = chain_acceptance(head, model, held, list(range(held.num_sequences)))
     report = {

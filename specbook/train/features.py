@@ -133,8 +133,6 @@ def build_features(prompts: list[Prompt], *, max_new_tokens: int = 160, batch_si
     reuses every reply already made, and an interrupted run resumes.  ``model``/``tokenizer``
     default to SmolLM2-135M-Instruct; a different model needs its own ``model_tag``.
     """
-    from ..models import LlamaTarget
-
     if max_new_tokens < 1 or batch_size < 1:
         raise ValueError(f"max_new_tokens and batch_size must be >= 1, got {max_new_tokens}, {batch_size}")
     if not prompts:
@@ -149,29 +147,77 @@ def build_features(prompts: list[Prompt], *, max_new_tokens: int = 160, batch_si
     if model_tag is None:
         raise ValueError("model_tag is required with a custom model (it keys the cache)")
     root = (Path(cache) if cache is not None else cache_root() / "heads") / f"{model_tag}-new{max_new_tokens}-top{TOPK}"
+    items = [(p.id, p.category, None if (root / _file_name(p.id)).exists() else chat_ids(tokenizer, p.text))
+             for p in prompts]  # prompts already cached need no tokenising
+    return _cached_features(items, root, model, tokenizer.eos_token_id, max_new_tokens, batch_size, progress)
+
+
+def _cached_features(items: list[tuple[str, str, list[int] | None]], root: Path, model, eos_id: int,
+                     max_new_tokens: int, batch_size: int, progress: bool) -> FeatureSet:
+    """Rows for ``items`` = (prompt id, category, prompt token ids), in that order: read from ``root``,
+    or generated in batches of similar lengths and written there first."""
+    from ..models import LlamaTarget
+
     root.mkdir(parents=True, exist_ok=True)
-    missing = [p for p in prompts if not (root / _file_name(p.id)).exists()]
-    encoded = {p.id: chat_ids(tokenizer, p.text) for p in missing}
-    missing.sort(key=lambda p: len(encoded[p.id]))  # similar lengths share a batch
+    missing = [it for it in items if not (root / _file_name(it[0])).exists()]
+    missing.sort(key=lambda it: len(it[2]))  # similar lengths share a batch
     batches = [missing[i : i + batch_size] for i in range(0, len(missing), batch_size)]
     target = None
     t0, made = time.perf_counter(), 0
     bar = tqdm(total=len(batches), disable=not progress or not batches, desc="target replies + features")
     for batch in batches:
         if target is None:
-            longest = max(len(e) for e in encoded.values()) + max_new_tokens + 1
+            longest = max(len(it[2]) for it in missing) + max_new_tokens + 1
             target = LlamaTarget(model, max_length=min(longest, model.config.max_position_embeddings))
-        rows = _generate_batch(target, [encoded[p.id] for p in batch], max_new_tokens, tokenizer.eos_token_id)
-        for p, r in zip(batch, rows):
-            r["prompt_id"], r["category"] = p.id, p.category
-            tmp = root / (_file_name(p.id) + ".tmp")
+        rows = _generate_batch(target, [it[2] for it in batch], max_new_tokens, eos_id)
+        for (pid, category, _), r in zip(batch, rows):
+            r["prompt_id"], r["category"] = pid, category
+            tmp = root / (_file_name(pid) + ".tmp")
             torch.save(r, tmp)
-            tmp.rename(root / _file_name(p.id))  # a file is either complete or absent
+            tmp.rename(root / _file_name(pid))  # a file is either complete or absent
             made += len(r["tokens"])
         bar.set_postfix(tok_s=f"{made / (time.perf_counter() - t0):.1f}")
         bar.update(1)
     bar.close()
-    return _assemble([torch.load(root / _file_name(p.id)) for p in prompts])
+    rows = [torch.load(root / _file_name(pid)) for pid, _, _ in items]
+    for (pid, _, ids), r in zip(items, rows):
+        if ids is not None and r["tokens"][: r["prompt_length"]].tolist() != list(ids):
+            raise ValueError(f"cached reply {root / _file_name(pid)} was made for a different prompt than {pid!r}; "
+                             "delete it to regenerate")
+    return _assemble(rows)
+
+
+def write_prompt_set(path: str | Path, features: list[FeatureSet]) -> int:
+    """Write the prompts of ``features`` (id, category, chat-template token ids) as JSON lines: the
+    exact training data of a shipped head, reproducible with ``load_prompt_set``.  Returns the count."""
+    import json
+
+    lines = []
+    for fs in features:
+        for s in range(fs.num_sequences):
+            start = int(fs.starts[s])
+            ids = fs.tokens[start : start + int(fs.prompt_lengths[s])].tolist()
+            lines.append(json.dumps({"id": fs.prompt_ids[s], "category": fs.categories[s], "prompt_token_ids": ids}))
+    Path(path).write_text("\n".join(sorted(lines)) + "\n")
+    return len(lines)
+
+
+def load_prompt_set(path: str | Path, heldout: bool, *, max_new_tokens: int = 160, batch_size: int = 16,
+                    progress: bool = True) -> FeatureSet:
+    """The self-distillation set for one split of a prompt-set file (``write_prompt_set``), in prompt-id
+    order: SmolLM2's greedy replies, read from the cache or generated (and cached) where missing."""
+    import json
+
+    from ..models.smollm2 import load_smollm2
+    from .heads_data import is_heldout
+
+    rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    items = sorted((r["id"], r["category"], r["prompt_token_ids"]) for r in rows if is_heldout(r["id"]) == heldout)
+    if not items:
+        raise ValueError(f"{path} has no {'held-out' if heldout else 'training'} prompts")
+    model, tokenizer = load_smollm2()
+    return _cached_features(items, default_root(max_new_tokens), model, tokenizer.eos_token_id, max_new_tokens,
+                            batch_size, progress)
 
 
 def default_root(max_new_tokens: int, cache: str | Path | None = None) -> Path:

@@ -181,7 +181,7 @@ def expected_tokens(ranks: torch.Tensor, choices: list[list[int]] | None, chain:
 
 def main(argv: list[str] | None = None) -> None:
     from ..models.smollm2 import load_smollm2
-    from .features import build_features, load_cached
+    from .features import build_features, load_prompt_set
     from .heads_data import training_mix
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -194,8 +194,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch-size", type=int, default=256)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
-    ap.add_argument("--from-cache", action="store_true",
-                    help="train on every reply already cached (ids recorded in the json) instead of the mix")
+    ap.add_argument("--prompt-set", default=None,
+                    help="a JSON-lines prompt set (id, category, prompt token ids) instead of the mix: the exact "
+                         "data of the shipped head: specbook/data/medusa_prompts.jsonl")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (1 is best on a shared CPU)")
     ap.add_argument("--out", default=str(WEIGHTS_DIR / DEFAULT_NAME))
     args = ap.parse_args(argv)
@@ -205,8 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     t_all = time.perf_counter()
     model, tok = load_smollm2()
     model.requires_grad_(False)
-    if args.from_cache:
-        held, fs = load_cached(True, args.max_new_tokens), load_cached(False, args.max_new_tokens)
+    if args.prompt_set:
+        held = load_prompt_set(args.prompt_set, True, max_new_tokens=args.max_new_tokens)
+        fs = load_prompt_set(args.prompt_set, False, max_new_tokens=args.max_new_tokens)
     else:
         held = build_features(training_mix(args.heldout_prompts, heldout=True), max_new_tokens=args.max_new_tokens)
         fs = build_features(training_mix(args.train_prompts), max_new_tokens=args.max_new_tokens)
