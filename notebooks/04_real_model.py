@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -243,6 +245,70 @@ ax.legend(fontsize=8)
 fig
 
 # %% [markdown]
+# ## Three drafters side by side
+#
+# Prompt lookup is one of three classic ways to get drafts. The other two use a
+# model:
+#
+# * **layer skipping** (`layerskip`): the target's own first 28 of 30 blocks,
+#   then its final norm and head. No extra weights, and it shares the target's
+#   cache; but a draft step costs almost a whole target step (c close to 1), and
+#   SmolLM2 was never trained to exit early.
+# * **a distilled draft model** (`draft`): two Llama blocks and a head over the
+#   8192 most frequent tokens, trained to imitate the target (`python -m
+#   specbook.train.distill`; the weights ship with specbook). One step costs about
+#   a tenth of a target step.
+#
+# `specbook.drafters.measure` decodes each prompt plainly and then
+# speculatively, timing every draft call and every target pass, and turns the
+# logs into α (accepted / tested drafts), c (seconds per draft pass over seconds
+# per plain step) and the speedup lesson 3 predicts from α, c and your v(n),
+# next to the realized one.
+
+# %%
+from specbook.drafters.measure import measure_prompt, predict
+
+SIDE_BY_SIDE = ["ngram", "layerskip", "draft"]
+side_drafters = {name: get_drafter(name).make(model, tokenizer, gamma=GAMMA, device="cpu", dtype=torch.float32,
+                                              target=engine.target) for name in SIDE_BY_SIDE}
+for d in side_drafters.values():  # warm-up
+    measure_prompt(engine.target, d, ids[0][:32], 4, GAMMA)
+records = {name: [] for name in SIDE_BY_SIDE}
+for p, prompt_ids in zip(prompts, ids):
+    for name, d in side_drafters.items():
+        records[name].append({"category": p.category, **measure_prompt(engine.target, d, prompt_ids, MAX_NEW, GAMMA)})
+side = {name: predict(recs, v) for name, recs in records.items()}
+side_cat = {(name, cat): predict([r for r in records[name] if r["category"] == cat], v)
+            for name in SIDE_BY_SIDE for cat in categories}
+rows = "".join(f"<tr><td>{name}</td><td>{m['alpha']:.2f}</td><td>{m['c']:.3f}</td><td>{m['tau']:.2f}</td>"
+               f"<td>{m['predicted']:.2f}×</td><td>{m['realized']:.2f}×</td></tr>" for name, m in side.items())
+display(HTML("<table><tr><th>drafter</th><th>α (acc/tested)</th><th>c</th><th>τ</th><th>predicted</th>"
+             f"<th>realized (median)</th></tr>{rows}</table>"))
+
+# %%
+fig = plots.new_figure(7.0, 3.4)
+ax = fig.subplots()
+width = 0.8 / len(SIDE_BY_SIDE)
+for i, name in enumerate(SIDE_BY_SIDE):
+    ax.bar(np.arange(len(categories)) + (i - 1) * width, [side_cat[(name, c_)]["realized"] for c_ in categories],
+           width, label=name)
+ax.axhline(1.0, color="grey", lw=1, ls="--")
+ax.set_xticks(np.arange(len(categories)), categories, rotation=20)
+ax.set_ylabel("realized speedup (×)")
+ax.set_title("Three drafters on the same target, by workload")
+ax.legend(fontsize=8)
+fig
+
+# %% [markdown]
+# Each drafter wins somewhere else. Prompt lookup costs nothing and shines where
+# the answer copies the prompt. The distilled draft guesses from what it learned,
+# so it also helps where nothing can be copied, as long as its α stays well above
+# its cost c. Layer skipping shows the other side of the formula: with c near 1,
+# even a decent α cannot pay for γ draft steps, and it is slower than plain
+# decoding on this model. (A model trained for early exit, as in LayerSkip,
+# would change α, not c.)
+
+# %% [markdown]
 # What to take away:
 #
 # * **α is a property of the workload**, not of the drafter alone: the same
@@ -270,7 +336,11 @@ for m in per_cat.values():
     assert m["tau"] >= 1.0 and 0.0 <= m["alpha"] <= m["acceptance"] <= 1.0 and 0 <= m["mean_drafts"] <= GAMMA
 # 3. The verify-cost curve is relative to n = 1 and covers 1..17 positions.
 assert curve["n"] == list(range(1, 18)) and v[0] == 1.0 and all(x > 0 for x in v)
-# 4. The prediction is lesson 3's formula, term by term.
+# 4. Every drafter side by side is lossless too, and its measured c is a fraction of a target step or more.
+for name, recs in records.items():
+    assert all(r["same_as_plain"] for r in recs), name
+    assert side[name]["c"] >= 0 and side[name]["tau"] >= 1.0, name
+# 5. The prediction is lesson 3's formula, term by term.
 m = per_cat[categories[0]]
 by_hand = theory.expected_tokens(m["acceptance"], GAMMA) / (GAMMA * c + v_at(GAMMA + 1))
 assert abs(prediction[categories[0]][0] - by_hand) < 1e-12
