@@ -14,7 +14,8 @@ JSON layout (``--json``)::
     {"machine": {...}, "target": "...", "settings": {...},
      "runs": [{"engine", "drafter", "category", "prompts", "new_tokens", "seconds",
                "tokens_per_s", "tokens_per_s_total", "tau", "alpha", "speedup_vs_autoregressive",
-               "outputs_identical_to_autoregressive", "output_ids_sha256": [...]}, ...],
+               "outputs_identical_to_autoregressive", "differences_are_near_ties",
+               "output_ids_sha256": [...]}, ...],
      "overall": [...same fields over all categories...],
      "engine_ratio": {...}, "verify_cost": {engine: {"n", "seconds", "v"}}, "per_prompt": [...]}
 
@@ -23,6 +24,9 @@ Definitions: ``tokens_per_s`` = median over prompts of new tokens / seconds;
 ``alpha`` = accepted / proposed drafts; ``speedup_vs_autoregressive`` = median over prompts
 of (plain seconds / this drafter's seconds), same engine; ``output_ids_sha256`` = SHA-256
 of the generated ids written as comma-separated decimals (``"12,7,512"``), per prompt.
+Greedy runs whose output differs from plain decoding get a ``divergence`` entry in
+``per_prompt`` (first differing token, the target's top-2 logit gap there, near tie or not);
+``differences_are_near_ties`` is true when every difference of a row starts at a near tie.
 """
 from __future__ import annotations
 
@@ -81,6 +85,24 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+def explain_differences(model, records: list[dict], outputs: dict, prompt_ids: dict) -> None:
+    """Greedy runs: give every record whose output differs from its engine's plain output a
+    ``divergence`` entry (first differing token, the target's top-2 logit gap there, and whether
+    that is a float32 near-tie).  A tree or chain pass sums in a different order than a one-token
+    pass, so where the top two logits are within about 1e-5 the argmax can flip; anything else
+    would be a bug.  Differences are explained, never hidden."""
+    from .crosscheck import explain_divergence
+
+    for r in records:
+        plain = outputs.get((r["engine"], "none", r["id"]))
+        if r["drafter"] == "none" or plain is None:
+            continue
+        d = explain_divergence(model, prompt_ids[r["id"]], plain, outputs[(r["engine"], r["drafter"], r["id"])])
+        if d is not None:
+            r["divergence"] = {"position": d.position, "gap": d.gap, "near_tie": d.is_tie,
+                               "description": d.describe()}
+
+
 def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]]:
     """Per-prompt records -> one row per (engine, drafter, category) and one per (engine, drafter)."""
     base = {(r["engine"], r["id"]): r for r in records if r["drafter"] == "none"}
@@ -92,6 +114,8 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
         passes, proposed = sum(r["passes"] for r in group), sum(r["proposed"] for r in group)
         ar = [base.get((r["engine"], r["id"])) for r in group]
         identical = all(a is not None and a["sha256"] == r["sha256"] for a, r in zip(ar, group)) if greedy else None
+        differing = [r for a, r in zip(ar, group) if a is not None and a["sha256"] != r["sha256"]]
+        ties = (all(r.get("divergence", {}).get("near_tie") for r in differing) if greedy and differing else None)
         return {"engine": first["engine"], "drafter": first["drafter"], "category": category,
                 "prompts": len(group), "new_tokens": new, "seconds": round(secs, 4),
                 "tokens_per_s": round(_median(r["new_tokens"] / r["seconds"] for r in group), 3),
@@ -101,6 +125,7 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
                 "speedup_vs_autoregressive": _round(_median(a["seconds"] / r["seconds"] if a else None
                                                             for a, r in zip(ar, group))),
                 "outputs_identical_to_autoregressive": identical,
+                "differences_are_near_ties": ties,
                 "output_ids_sha256": [r["sha256"] for r in group]}
 
     groups: dict[tuple, list[dict]] = {}
@@ -136,6 +161,8 @@ def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curv
     for r in sorted(runs + overall, key=lambda r: (r["engine"], r["drafter"], r["category"] == "all", r["category"])):
         alpha = "-" if r["alpha"] is None else f"{r['alpha']:.2f}"
         same = {True: "yes", False: "NO", None: "-"}[r["outputs_identical_to_autoregressive"]]
+        if same == "NO" and r.get("differences_are_near_ties"):
+            same = "tie"  # every difference starts at a float32 near-tie of the target's top-2 logits
         sp = "-" if r["speedup_vs_autoregressive"] is None else f"{r['speedup_vs_autoregressive']:.2f}x"
         lines.append(f"{r['engine']:<13}{r['drafter']:<{w}}{r['category']:<17}{r['prompts']:>3}"
                      f"{r['tokens_per_s']:>8.1f}{r['tau']:>7.2f}{alpha:>7}{sp:>9}  {same}")
@@ -236,7 +263,7 @@ def run_bench(args) -> dict:
     machine = machine_info(args.device)
     for engine, d, obj in combos:  # warm-up: first calls allocate caches and pick kernels
         engine.run(prompt_ids[0][:32], obj, params, 4, args.gamma, _gen(args, 0))
-    records = []
+    records, outputs = [], {}
     bar = tqdm(total=len(prompts) * len(combos), desc="bench", disable=args.no_progress, file=sys.stderr)
     for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids)):
         shift = i % len(combos)
@@ -246,8 +273,11 @@ def run_bench(args) -> dict:
                             "prompt_tokens": len(ids), "new_tokens": len(res.new_ids), "seconds": res.seconds,
                             "passes": res.passes, "emitted": res.emitted, "proposed": res.proposed,
                             "accepted": res.accepted, "sha256": ids_sha256(res.new_ids)})
+            outputs[(engine.name, d, prompt.id)] = res.new_ids
             bar.update(1)
     bar.close()
+    if params.greedy:
+        explain_differences(model, records, outputs, dict(zip((p.id for p in prompts), prompt_ids)))
 
     curves = {}
     if args.curve_reps:
@@ -284,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: error: {err}", file=sys.stderr)
         return 2
     print(format_table(result["runs"], result["overall"], result["engine_ratio"], result["verify_cost"]))
+    for r in result["per_prompt"]:
+        if "divergence" in r:
+            print(f"{r['engine']}/{r['drafter']} on {r['id']}: {r['divergence']['description']}")
     if result["skipped"]:
         print("skipped: " + "; ".join(f"{s['engine']}/{s['drafter']} ({s['reason']})" for s in result["skipped"]))
     if args.json_path:

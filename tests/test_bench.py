@@ -138,6 +138,27 @@ def test_cli_rejects_bad_names(capsys):
     assert "unknown engines" in capsys.readouterr().err
 
 
+def test_greedy_differences_are_explained_as_near_ties_or_flagged():
+    from specbook.models import LlamaConfig, LlamaModel
+
+    model = LlamaModel(LlamaConfig(vocab_size=50, dim=32, n_layers=2, n_heads=4, n_kv_heads=2,
+                                   intermediate_size=48, max_position_embeddings=64)).init_weights(
+        generator=torch.Generator().manual_seed(0))
+    records = [record("specbook", "none", "a", 1.0, "x"), record("specbook", "eagle", "a", 0.5, "y")]
+    outputs = {("specbook", "none", "a"): [1, 2, 3], ("specbook", "eagle", "a"): [1, 2, 4]}
+    bench.explain_differences(model, records, outputs, {"a": [5, 6, 7]})
+    div = records[1]["divergence"]
+    assert div["position"] == 2 and div["gap"] >= 0 and "first difference at new token 2" in div["description"]
+    assert "divergence" not in records[0]
+    for near_tie, label in ((True, "tie"), (False, "NO")):
+        div["near_tie"] = near_tie
+        runs, overall = bench.aggregate(records, greedy=True)
+        row = next(r for r in runs if r["drafter"] == "eagle")
+        assert row["outputs_identical_to_autoregressive"] is False and row["differences_are_near_ties"] is near_tie
+        line = next(x for x in bench.format_table(runs, overall, None, {}).splitlines() if "eagle" in x)
+        assert line.endswith(label), line
+
+
 def test_verify_cost_curve_on_a_tiny_model():
     from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 
