@@ -160,9 +160,14 @@ class TransformersEngine:
         self.tokenizer = tokenizer
         self.device = next(hf_model.parameters()).device
         self._widths: list[int] | None = None
+        self._layers = hf_model.config.num_hidden_layers
         hf_model.register_forward_pre_hook(self._count, with_kwargs=True)
 
     def _count(self, module, args, kwargs):
+        # transformers' early-exit assistant is this same model, called while its config says
+        # fewer layers (``assistant_early_exit``): those calls are drafts, not target passes
+        if module.config.num_hidden_layers < self._layers:
+            return
         if self._widths is not None:
             ids = kwargs.get("input_ids", args[0] if args else None)
             if ids is not None:
