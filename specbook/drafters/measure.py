@@ -197,11 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         for cat in cats + ["all"]:
             recs = records[(n, cat)] if cat != "all" else [r for (m, _), rs in records.items() if m == n for r in rs]
             rows.append({"drafter": n, "category": cat, **predict(recs, curve["v"])})
-    head = (f"{'drafter':<12}{'category':<17}{'alpha':>7}{'c':>7}{'K':>6}{'tau':>6}{'predicted':>10}"
+    w = max(12, max(len(n) for n in names) + 2)
+    head = (f"{'drafter':<{w}}{'category':<17}{'alpha':>7}{'c':>7}{'K':>6}{'tau':>6}{'predicted':>10}"
             f"{'cost model':>11}{'realized':>9}{'ratio':>7}")
     print(head)
     for r in rows:
-        print(f"{r['drafter']:<12}{r['category']:<17}{r['alpha']:>7.3f}{r['c']:>7.3f}{r['mean_drafts']:>6.2f}"
+        print(f"{r['drafter']:<{w}}{r['category']:<17}{r['alpha']:>7.3f}{r['c']:>7.3f}{r['mean_drafts']:>6.2f}"
               f"{r['tau']:>6.2f}{r['predicted']:>10.2f}{r['cost_model']:>11.2f}{r['realized']:>9.2f}"
               f"{r['realized_over_predicted']:>7.2f}" + ("" if r["identical"] else "  OUTPUT DIFFERS"))
     print("verify cost " + "  ".join(f"v({n})={curve['v'][n - 1]:.2f}" for n in (2, 3, 5, 9, 17)))
