@@ -228,8 +228,7 @@ def chain_tau(survival: torch.Tensor, gamma: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     from ..models.smollm2 import load_smollm2
-    from .features import build_features, load_prompt_set
-    from .heads_data import training_mix
+    from .features import heads_training_data
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-prompts", type=int, default=240)
@@ -258,12 +257,8 @@ def main(argv: list[str] | None = None) -> None:
     t_all = time.perf_counter()
     model, tok = load_smollm2()
     model.requires_grad_(False)
-    if args.prompt_set:
-        held = load_prompt_set(args.prompt_set, True, max_new_tokens=args.max_new_tokens)
-        fs = load_prompt_set(args.prompt_set, False, max_new_tokens=args.max_new_tokens)
-    else:
-        held = build_features(training_mix(args.heldout_prompts, heldout=True), max_new_tokens=args.max_new_tokens)
-        fs = build_features(training_mix(args.train_prompts), max_new_tokens=args.max_new_tokens)
+    held, fs = heads_training_data(model, tok, prompt_set=args.prompt_set, train_prompts=args.train_prompts,
+                                   heldout_prompts=args.heldout_prompts, max_new_tokens=args.max_new_tokens)
     fit, val = validation_indices(fs)
     vocab = draft_vocabulary(fs.select(fit), args.draft_vocab, always=(tok.eos_token_id,))
     head, log = train_eagle(fs, model, fit, vocab=vocab, epochs=args.epochs, batch_sequences=args.batch_sequences,

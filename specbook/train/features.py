@@ -140,10 +140,10 @@ def build_features(prompts: list[Prompt], *, max_new_tokens: int = 160, batch_si
     if len({p.id for p in prompts}) != len(prompts):
         raise ValueError("prompts contains a repeated prompt id")
     if model is None:
-        from ..models.smollm2 import GGUF_SHA256, load_smollm2
+        from ..models.smollm2 import load_smollm2
 
         model, tokenizer = load_smollm2()
-        model_tag = model_tag or f"smollm2-135m-instruct-{GGUF_SHA256[:12]}"
+        model_tag = model_tag or smollm2_tag()
     if model_tag is None:
         raise ValueError("model_tag is required with a custom model (it keys the cache)")
     root = (Path(cache) if cache is not None else cache_root() / "heads") / f"{model_tag}-new{max_new_tokens}-top{TOPK}"
@@ -203,28 +203,50 @@ def write_prompt_set(path: str | Path, features: list[FeatureSet]) -> int:
 
 
 def load_prompt_set(path: str | Path, heldout: bool, *, max_new_tokens: int = 160, batch_size: int = 16,
-                    progress: bool = True) -> FeatureSet:
+                    progress: bool = True, model=None, tokenizer=None) -> FeatureSet:
     """The self-distillation set for one split of a prompt-set file (``write_prompt_set``), in prompt-id
-    order: SmolLM2's greedy replies, read from the cache or generated (and cached) where missing."""
+    order: SmolLM2's greedy replies, read from the cache or generated (and cached) where missing.
+    ``model``/``tokenizer``: SmolLM2-135M-Instruct, loaded here unless the caller has it already."""
     import json
 
-    from ..models.smollm2 import load_smollm2
     from .heads_data import is_heldout
 
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     items = sorted((r["id"], r["category"], r["prompt_token_ids"]) for r in rows if is_heldout(r["id"]) == heldout)
     if not items:
         raise ValueError(f"{path} has no {'held-out' if heldout else 'training'} prompts")
-    model, tokenizer = load_smollm2()
+    if model is None:
+        from ..models.smollm2 import load_smollm2
+
+        model, tokenizer = load_smollm2()
     return _cached_features(items, default_root(max_new_tokens), model, tokenizer.eos_token_id, max_new_tokens,
                             batch_size, progress)
 
 
-def default_root(max_new_tokens: int, cache: str | Path | None = None) -> Path:
+def heads_training_data(model, tokenizer, *, prompt_set: str | Path | None, train_prompts: int,
+                        heldout_prompts: int, max_new_tokens: int) -> tuple[FeatureSet, FeatureSet]:
+    """(held-out, training) features for the Medusa and EAGLE trainers, from SmolLM2 ``model``: the
+    exact prompts of a prompt-set file, or else the seeded training mix of ``heads_data``."""
+    from .heads_data import training_mix
+
+    if prompt_set:
+        return tuple(load_prompt_set(prompt_set, heldout, max_new_tokens=max_new_tokens, model=model,
+                                     tokenizer=tokenizer) for heldout in (True, False))
+    return tuple(build_features(training_mix(n, heldout=heldout), max_new_tokens=max_new_tokens, model=model,
+                                tokenizer=tokenizer, model_tag=smollm2_tag())
+                 for n, heldout in ((heldout_prompts, True), (train_prompts, False)))
+
+
+def smollm2_tag() -> str:
+    """The cache key of SmolLM2-135M-Instruct's replies: the model name and its GGUF digest."""
     from ..models.smollm2 import GGUF_SHA256
 
+    return f"smollm2-135m-instruct-{GGUF_SHA256[:12]}"
+
+
+def default_root(max_new_tokens: int, cache: str | Path | None = None) -> Path:
     base = Path(cache) if cache is not None else cache_root() / "heads"
-    return base / f"smollm2-135m-instruct-{GGUF_SHA256[:12]}-new{max_new_tokens}-top{TOPK}"
+    return base / f"{smollm2_tag()}-new{max_new_tokens}-top{TOPK}"
 
 
 def load_cached(heldout: bool, max_new_tokens: int = 160, cache: str | Path | None = None) -> FeatureSet:
