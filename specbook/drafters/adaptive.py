@@ -183,14 +183,19 @@ class AdaptiveGamma:
         return draft
 
 
-def measured_policy(model, c: float = 0.0, max_positions: int = 9, reps: int = 3, **kwargs) -> GammaPolicy:
-    """A "model" policy with this machine's verify-cost curve for ``model`` (a LlamaModel), measured now."""
+def machine_verify_cost(model, max_positions: int = 9, reps: int = 3) -> list[float]:
+    """[v(1), ..., v(max_positions)] for ``model`` (a LlamaModel) on this machine, measured now
+    after a 128-token context."""
     from ..bench_engines import verify_cost_curve  # lazy: the bench imports the drafters
     from ..models.target import LlamaTarget
 
     target = LlamaTarget(model, max_length=160)
-    curve = verify_cost_curve(target, list(range(1000, 1128)), max_positions=max_positions, reps=reps)
-    return GammaPolicy(c=c, verify_cost=tuple(curve["v"]), **kwargs)
+    return verify_cost_curve(target, list(range(1000, 1128)), max_positions=max_positions, reps=reps)["v"]
+
+
+def measured_policy(model, c: float = 0.0, max_positions: int = 9, reps: int = 3, **kwargs) -> GammaPolicy:
+    """A "model" policy with this machine's verify-cost curve for ``model`` (a LlamaModel), measured now."""
+    return GammaPolicy(c=c, verify_cost=tuple(machine_verify_cost(model, max_positions, reps)), **kwargs)
 
 
 def make_ngram_adaptive(model, tokenizer=None, **_):

@@ -238,10 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     """Print alpha(L), c(L) and the predicted speedup per exit layer for SmolLM2-135M; name the best."""
     import argparse
 
-    from ..bench_engines import verify_cost_curve
     from ..models.smollm2 import load_smollm2
-    from ..models.target import LlamaTarget
     from ..train.data import all_prompts, distillation_set
+    from .adaptive import machine_verify_cost
 
     p = argparse.ArgumentParser(prog="python -m specbook.drafters.layer_skip", description=main.__doc__)
     p.add_argument("--sequences", type=int, default=60, help="training-split greedy replies to score")
@@ -258,12 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     agreement = exit_layer_agreement(model, [d["tokens"].long() for d in train], [d["prompt_length"] - 1 for d in train],
                                      layers=layers)
     costs = exit_layer_costs(model, layers)
-    curve = verify_cost_curve(LlamaTarget(model, max_length=160), list(range(1000, 1128)), max_positions=9, reps=5)
-    best, L, gamma, table = choose_exit_layer(agreement, costs, curve["v"])
+    v = machine_verify_cost(model, max_positions=9, reps=5)
+    best, L, gamma, table = choose_exit_layer(agreement, costs, v)
     print(f"{'L':>3} {'alpha':>6} {'c':>6} {'speedup':>8} {'gamma':>6}")
     for layer in layers:
         print(f"{layer:>3} {agreement[layer]:>6.3f} {costs[layer]:>6.3f} {table[layer][0]:>8.3f} {table[layer][1]:>6}")
-    print("verify cost " + "  ".join(f"v({n})={v:.2f}" for n, v in zip(curve["n"], curve["v"])))
+    print("verify cost " + "  ".join(f"v({n})={x:.2f}" for n, x in enumerate(v, start=1)))
     print(f"best: L={L}, gamma={gamma}, predicted speedup {best:.3f}" + ("" if best > 1 else " (below 1: no exit layer pays)"))
     return 0
 
