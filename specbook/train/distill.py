@@ -34,10 +34,9 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm.auto import tqdm
 
-from . import recorded_command
-
 from ..drafters.small_model import WEIGHTS_DIR, DEFAULT_NAME, DraftConfig, build_draft_model, save_draft
 from ..models.llama import LlamaModel
+from . import recorded_command
 from .data import all_prompts, check_disjoint, distillation_set, prompts_digest
 
 
