@@ -33,10 +33,9 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from . import recorded_command
-
 from ..drafters.eagle import EagleConfig, EagleHead, save_eagle
 from ..drafters.medusa import WEIGHTS_DIR
+from . import recorded_command
 from .features import FeatureSet, draft_vocabulary, validation_indices
 from .medusa import target_features, to_draft_ids
 

@@ -26,9 +26,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from . import recorded_command
-
 from ..drafters.medusa import WEIGHTS_DIR, MedusaConfig, MedusaHeads, save_medusa
+from . import recorded_command
 from .features import FeatureSet, draft_vocabulary, validation_indices
 
 DEFAULT_NAME = "medusa_smollm2-135m"
