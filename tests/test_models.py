@@ -8,26 +8,64 @@ Two kinds of tests:
   the same by hand; about a minute).
 
 Measured float32 agreement with transformers on SmolLM2 (logits up to ~31 in size):
-prefill, multi-token and tree forwards max |diff| = 0 (the same kernels on the same
-shapes); one-token-at-a-time decoding through the cache 2e-5 to 4e-5 (attention over a
+with the transposed-weight path of ``specbook.models.llama.Linear`` switched off, prefill,
+multi-token and tree forwards max |diff| = 0 (the same kernels on the same shapes); with
+it on (the default, for 4-64 positions) up to 9e-5 (the same products summed in another
+order); one-token-at-a-time decoding through the cache 2e-5 to 5e-5 (attention over a
 different number of query rows sums in a different order).  We assert 1e-4 (FLOAT32_TOL).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 
 import pytest
 import torch
+from torch import nn
 from transformers import LlamaConfig as HFLlamaConfig
 from transformers import LlamaForCausalLM
 
 from specbook.models import (HFTarget, KVCache, LlamaConfig, LlamaTarget, check_same_tokenizer, load_llama,
                              tree_structure)
 from specbook.models.hf import model_from_hf_state_dict
+from specbook.models.llama import Linear
 from specbook.protocols import Target
 
 FLOAT32_TOL = 1e-4  # max |logit difference| vs transformers, float32
 TINY_TOL = 1e-5
+
+
+@contextlib.contextmanager
+def exact_kernels():
+    """Switch off Linear's transposed-weight path: nn.Linear's kernels for every shape."""
+    saved = Linear.FAST_ROWS
+    Linear.FAST_ROWS = None
+    try:
+        yield
+    finally:
+        Linear.FAST_ROWS = saved
+
+
+@pytest.mark.parametrize("rows", [1, 3, 4, 9, 64, 65])
+def test_linear_transposed_path_matches_nn_linear(rows):
+    torch.manual_seed(0)
+    lin = Linear(48, 80)
+    ref = nn.Linear(48, 80)
+    ref.load_state_dict(lin.state_dict())
+    x = torch.randn(1, rows, 48)
+    with torch.no_grad():
+        torch.testing.assert_close(lin(x), ref(x), rtol=1e-5, atol=1e-5)
+        assert (lin._wt is not None) == (4 <= rows <= 64)  # the copy exists only when used
+        lin.weight.mul_(2.0)  # an in-place change must rebuild the copy
+        torch.testing.assert_close(lin(x), 2.0 * (ref(x) - ref.bias) + ref.bias, rtol=1e-5, atol=1e-5)
+    assert "_wt" not in "".join(lin.state_dict())  # the copy is never saved
+
+
+def test_linear_keeps_gradients():
+    lin = Linear(8, 6)
+    x = torch.randn(5, 8, requires_grad=True)
+    lin(x).sum().backward()  # 5 rows with autograd on: the nn.Linear path, gradients flow
+    assert lin.weight.grad is not None and x.grad is not None and lin._wt is None
 
 TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=256, rope_theta=500.0, tie_word_embeddings=False)
@@ -336,7 +374,11 @@ def test_smollm2_logits_match_transformers(smollm2):
     one_by_one = torch.cat([target.forward(torch.tensor([[t]])) for t in seq[-2:]], dim=1)
     diffs["multi-token vs sequential"] = (logits - one_by_one).abs().max().item()
     assert max(diffs.values()) <= FLOAT32_TOL, diffs
-    assert diffs["prefill"] <= 1e-5, diffs
+    # With the transposed-weight path off, prefill runs the very kernels transformers runs.
+    with exact_kernels():
+        target.reset(1)
+        exact = (target.forward(torch.tensor([prompt]))[0] - hf_logits(hf, prompt)).abs().max().item()
+    assert exact <= 1e-5, exact
 
 
 @pytest.mark.model
