@@ -8,6 +8,7 @@ run, because every speedup is relative to the same engine's plain decoding.
     python -m specbook bench                                   # 2 prompts per category, 64 tokens
     python -m specbook bench --limit 0 --json bench.json       # all 66 prompts
     python -m specbook bench --prompts mine.jsonl --drafters none,ngram --engines specbook
+    python -m specbook bench --until-eos --max-new-tokens 256  # each reply up to its end-of-turn token
 
 JSON layout (``--json``)::
 
@@ -192,6 +193,10 @@ def parse_args(argv):
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--gamma", type=int, default=4, help="draft tokens per verification (default 4)")
+    p.add_argument("--until-eos", action="store_true",
+                   help="greedy only: decode each prompt's reply up to and including its end-of-turn token "
+                        "(at most --max-new-tokens), found by a plain run first; without it every run makes "
+                        "--max-new-tokens tokens and continues past the reply")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
@@ -220,6 +225,9 @@ def run_bench(args) -> dict:
     if args.gamma < 1:
         raise ValueError(f"--gamma must be >= 1, got {args.gamma}")
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
+    if args.until_eos and not params.greedy:
+        raise ValueError(f"--until-eos needs greedy decoding (the reply's length is found once, by a plain "
+                         f"greedy run), got --temperature {args.temperature}")
     engines = _names(args.engines, ENGINES, "engines")
     for name in args.drafters.split(","):
         if name.strip():
@@ -263,12 +271,16 @@ def run_bench(args) -> dict:
     machine = machine_info(args.device)
     for engine, d, obj in combos:  # warm-up: first calls allocate caches and pick kernels
         engine.run(prompt_ids[0][:32], obj, params, 4, args.gamma, _gen(args, 0))
+    budgets = [args.max_new_tokens] * len(prompts)
+    if args.until_eos:
+        budgets = reply_lengths(SpecbookEngine(model, max_length), prompt_ids, args.max_new_tokens,
+                                tokenizer.eos_token_id, progress=not args.no_progress)
     records, outputs = [], {}
     bar = tqdm(total=len(prompts) * len(combos), desc="bench", disable=args.no_progress, file=sys.stderr)
     for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids)):
         shift = i % len(combos)
         for engine, d, obj in combos[shift:] + combos[:shift]:
-            res: RunResult = engine.run(ids, obj, params, args.max_new_tokens, args.gamma, _gen(args, i))
+            res: RunResult = engine.run(ids, obj, params, budgets[i], args.gamma, _gen(args, i))
             records.append({"engine": engine.name, "drafter": d, "id": prompt.id, "category": prompt.category,
                             "prompt_tokens": len(ids), "new_tokens": len(res.new_ids), "seconds": res.seconds,
                             "passes": res.passes, "emitted": res.emitted, "proposed": res.proposed,
@@ -293,9 +305,21 @@ def run_bench(args) -> dict:
             "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
                          "gamma": args.gamma, "dtype": args.dtype, "limit": args.limit, "engines": engines,
                          "drafters": drafters, "prompts_file": args.prompts or "built-in", "seed": args.seed,
-                         "stop_at_eos": False, "command": "python -m specbook bench " + " ".join(args.argv)},
+                         "stop_at_eos": False, "until_eos": args.until_eos, "command": "python -m specbook bench " + " ".join(args.argv)},
             "runs": runs, "overall": overall, "skipped": skipped, "engine_ratio": engine_ratio(records, params.greedy),
             "verify_cost": curves, "per_prompt": records}
+
+
+def reply_lengths(engine: SpecbookEngine, prompt_ids: list[list[int]], max_new_tokens: int, eos_id: int,
+                  progress: bool = True) -> list[int]:
+    """Per prompt, the length of the target's greedy reply up to and including the first ``eos_id``
+    (``max_new_tokens`` when it does not end sooner).  Greedy decoding is deterministic, so
+    every engine and drafter asked for exactly this many tokens makes the same reply."""
+    lengths = []
+    for ids in tqdm(prompt_ids, desc="reply lengths", disable=not progress, file=sys.stderr):
+        new = engine.run(ids, None, SamplingParams(temperature=0.0), max_new_tokens, 1, None).new_ids
+        lengths.append(new.index(eos_id) + 1 if eos_id in new else max_new_tokens)
+    return lengths
 
 
 def _gen(args, i: int) -> torch.Generator | None:

@@ -34,12 +34,15 @@ import torch
 from .decode import generate, speculative_generate
 from .drafters import NGramDrafter
 from .drafters.adaptive import make_draft_adaptive, make_ngram_adaptive
-from .drafters.eagle import make_eagle
+from .drafters.eagle import DynamicTree, make_eagle
 from .drafters.layer_skip import DEFAULT_EXIT_LAYER, make_layer_skip
 from .drafters.medusa import make_medusa
 from .drafters.small_model import make_distilled
 from .models import LlamaTarget
 from .sampling import SamplingParams
+
+
+LARGE_EAGLE_TREE = DynamicTree(depth=8, top_k=8, num_nodes=64)
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,10 @@ register_drafter("medusa-chain", lambda model, tokenizer=None, **_: make_medusa(
 register_drafter("eagle", make_eagle, description="EAGLE feature head, EAGLE-2 dynamic tree (shipped weights)")
 register_drafter("eagle-chain", lambda model, tokenizer=None, **_: make_eagle(model, tree=None),
                  description="the EAGLE head as a chain of gamma drafts")
+register_drafter("medusa-large", lambda model, tokenizer=None, **_: make_medusa(model, tree=64),
+                 description="the Medusa heads with their measured 64-node tree (tokens per pass, not speed)")
+register_drafter("eagle-large", lambda model, tokenizer=None, **_: make_eagle(model, tree=LARGE_EAGLE_TREE),
+                 description="the EAGLE head with a 64-node dynamic tree, depth 8 (tokens per pass, not speed)")
 
 
 # --------------------------------------------------------------------------- engines

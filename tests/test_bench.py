@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specbook import bench
-from specbook.bench_engines import DRAFTERS, get_drafter, register_drafter, verify_cost_curve
+from specbook.bench_engines import DRAFTERS, RunResult, get_drafter, register_drafter, verify_cost_curve
 from specbook.bench_workloads import CATEGORIES, BenchPrompt, chat_ids, load_prompts, select
 
 
@@ -138,6 +138,23 @@ def test_cli_rejects_bad_names(capsys):
     assert "unknown engines" in capsys.readouterr().err
 
 
+def test_reply_lengths_stop_at_the_first_end_token():
+    class Scripted:  # a plain "engine" whose greedy replies are fixed
+        replies = {1: [5, 6, 2, 7], 2: [5, 6, 7, 8, 9], 3: [2]}
+
+        def run(self, ids, drafter, params, max_new_tokens, gamma, generator):
+            assert drafter is None and params.greedy
+            return RunResult(self.replies[ids[0]][:max_new_tokens], 0.0, 1, 1, 0, 0, 0)
+
+    assert bench.reply_lengths(Scripted(), [[1], [2], [3]], 5, eos_id=2, progress=False) == [3, 5, 1]
+    assert bench.reply_lengths(Scripted(), [[1]], 2, eos_id=2, progress=False) == [2]  # capped
+
+
+def test_until_eos_needs_greedy(capsys):
+    assert bench.main(["--until-eos", "--temperature", "1.0"]) == 2
+    assert "--until-eos needs greedy decoding" in capsys.readouterr().err
+
+
 def test_greedy_differences_are_explained_as_near_ties_or_flagged():
     from specbook.models import LlamaConfig, LlamaModel
 
@@ -196,9 +213,10 @@ def test_bench_smoke_json_schema(tmp_path, smollm2_fetched):
 
     out = tmp_path / "bench.json"
     argv = ["--categories", "code_edit,rag_qa", "--limit", "1", "--drafters", "none,ngram", "--max-new-tokens", "5",
-            "--curve-reps", "1", "--json", str(out), "--no-progress"]
+            "--curve-reps", "1", "--json", str(out), "--no-progress", "--until-eos"]  # both replies are longer
     assert bench.main(argv) == 0
     data = json.loads(out.read_text())
+    assert data["settings"]["until_eos"] is True
     assert {"machine", "target", "runs", "verify_cost", "engine_ratio", "per_prompt"} <= set(data)
     assert {"cpu", "logical_cores", "torch_threads", "torch"} <= set(data["machine"])
     fields = {"engine", "drafter", "category", "new_tokens", "seconds", "tokens_per_s", "tau", "alpha",
