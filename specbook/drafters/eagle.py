@@ -34,7 +34,7 @@ from torch import nn
 
 import torch.nn.functional as F
 
-from ..models.llama import MLP, LlamaConfig, RMSNorm, rope_inverse_frequencies, rotate_half
+from ..models.llama import MLP, LlamaConfig, Linear, RMSNorm, rope_inverse_frequencies, rotate_half
 from ..protocols import Draft
 from ..sampling import SamplingParams, logits_to_probs, sample
 from .medusa import WEIGHTS_DIR, check_vocab
@@ -91,8 +91,8 @@ class HeadBlock(nn.Module):
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
         q, kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
         self.attn_norm = RMSNorm(config.dim, config.rms_norm_eps)
-        self.wqkv = nn.Linear(config.dim, q + 2 * kv, bias=False)
-        self.wo = nn.Linear(q, config.dim, bias=False)
+        self.wqkv = Linear(config.dim, q + 2 * kv, bias=False)
+        self.wo = Linear(q, config.dim, bias=False)
         self.mlp_norm = RMSNorm(config.dim, config.rms_norm_eps)
         self.mlp = MLP(config)
 
@@ -122,7 +122,7 @@ class EagleHead(nn.Module):
     def __init__(self, config: EagleConfig, vocab: torch.Tensor | None = None):
         super().__init__()
         self.config = config
-        self.fc = nn.Linear(2 * config.dim, config.dim)
+        self.fc = Linear(2 * config.dim, config.dim)
         self.block = HeadBlock(config.layer_config())
         vocab = torch.arange(config.draft_vocab_size) if vocab is None else vocab.long()
         check_vocab(vocab, config.draft_vocab_size, config.target_vocab_size)
@@ -197,7 +197,8 @@ class EagleDrafter:
                              f"{model.config.dim} / {model.config.vocab_size}")
         self.head, self.model, self.tree = head.eval(), model, tree
         with torch.no_grad():
-            self._lm = model.lm_head.weight[head.vocab.to(model.lm_head.weight.device)].detach().clone()  # (Vd, D)
+            # the target's LM head restricted to the draft vocabulary: (Vd, D) weight
+            self._lm = Linear.frozen(model.lm_head.weight[head.vocab.to(model.lm_head.weight.device)])
         self.features = TargetFeatures(transform=model.norm)
         self._rows: list[dict] = []  # per row: the head's cache and the tokens its committed pairs used
         self.passes = 0
@@ -234,8 +235,8 @@ class EagleDrafter:
         # pair t = (z_t, x_{t+1}) is still valid if z_t and x_{t+1} are unchanged; always refeed the last one
         n = max(0, min(row["cache"].length, stable, agree - 1, T - 2))
         row["cache"].length = n
-        feats = self.features.features(b)[n : T - 1][None].to(self._lm.dtype)  # (1, m, D)
-        dev = self._lm.device
+        feats = self.features.features(b)[n : T - 1][None].to(self._lm.weight.dtype)  # (1, m, D)
+        dev = self._lm.weight.device
         nxt = torch.tensor(context[n + 1 : T], dtype=torch.long, device=dev)[None]  # (1, m)
         positions = torch.arange(n, T - 1, device=dev)[None]
         zhat = self.head(feats, self._embed(nxt), positions, row["cache"], self._prefix_mask(n, T - 1 - n, dev))
@@ -250,7 +251,7 @@ class EagleDrafter:
         return torch.ones(n, cached + n, dtype=torch.bool, device=device).tril(diagonal=cached)[None]
 
     def _logits(self, zhat: torch.Tensor) -> torch.Tensor:
-        return zhat @ self._lm.T  # (..., Vd)
+        return self._lm(zhat)  # (..., Vd)
 
     @torch.no_grad()
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
@@ -294,7 +295,7 @@ class EagleDrafter:
             tokens.append(int(vocab[d]))
             if i + 1 < gamma:
                 cache = self._rows[b]["cache"]  # the new pair sees every cached pair and itself
-                dev = self._lm.device
+                dev = self._lm.weight.device
                 zhat = self.head(zhat, self._embed(vocab[d].view(1, 1)), torch.tensor([[pos]], device=dev), cache,
                                  torch.ones(1, 1, cache.length + 1, dtype=torch.bool, device=dev))
                 self.passes += 1
@@ -327,7 +328,7 @@ class EagleDrafter:
                 mask[0, j, cache.length + j] = True
             parent_z = torch.cat([zhat if par[n] < 0 else fed_z[par[n]] for n in feed], dim=1)  # (1, n, D)
             # a depth-d node's token sits at position T + d; its pair (parent zhat, token) one earlier
-            dev = self._lm.device
+            dev = self._lm.weight.device
             positions = torch.tensor([[T - 1 + level] * len(feed)], device=dev)
             base = cache.length
             out = self.head(parent_z, self._embed(torch.tensor([[tok[n] for n in feed]], device=dev)), positions,

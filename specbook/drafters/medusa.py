@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..models.llama import Linear
 from ..protocols import Draft
 from ..sampling import SamplingParams, logits_to_probs, sample
 from ..tree import ChoiceTree, from_paths
@@ -61,7 +62,7 @@ class MedusaHeads(nn.Module):
     def __init__(self, config: MedusaConfig, vocab: torch.Tensor | None = None):
         super().__init__()
         self.config = config
-        self.blocks = nn.ModuleList(nn.Linear(config.dim, config.dim) for _ in range(config.num_heads))
+        self.blocks = nn.ModuleList(Linear(config.dim, config.dim) for _ in range(config.num_heads))
         for blk in self.blocks:  # start as copies of the target's own head (Medusa sec. 2.2.1)
             nn.init.zeros_(blk.weight)
             nn.init.zeros_(blk.bias)
@@ -161,7 +162,8 @@ class MedusaDrafter:
         if self.tree is not None and int(self.tree.depth.max()) >= c.num_heads:
             raise ValueError(f"the tree is {int(self.tree.depth.max()) + 1} deep but there are only {c.num_heads} heads")
         with torch.no_grad():
-            self._lm = model.lm_head.weight[heads.vocab.to(model.lm_head.weight.device)].detach().clone()  # (Vd, D)
+            # the target's LM head restricted to the draft vocabulary: (Vd, D) weight
+            self._lm = Linear.frozen(model.lm_head.weight[heads.vocab.to(model.lm_head.weight.device)])
         self.features = TargetFeatures(transform=model.norm)
         self.passes = 0
 
@@ -184,8 +186,8 @@ class MedusaDrafter:
     @torch.no_grad()
     def head_logits(self) -> torch.Tensor:
         """(B, K, Vd) logits of every head at each row's last cached position."""
-        z = self.features.last().to(self._lm.dtype)  # (B, D)
-        return self.heads(z, self._lm)
+        z = self.features.last().to(self._lm.weight.dtype)  # (B, D)
+        return self._lm(self.heads.hidden(z))  # (B, K, Vd)
 
     @torch.no_grad()
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,

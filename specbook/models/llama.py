@@ -180,6 +180,14 @@ class Linear(nn.Linear):
             self._wt_key = key
         return self._wt
 
+    @classmethod
+    def frozen(cls, weight: torch.Tensor) -> "Linear":
+        """A bias-free Linear over a copy of ``weight`` (out, in) that is never trained (a draft head
+        reusing rows of the target's LM head)."""
+        lin = cls(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+        lin.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
+        return lin
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if (self.FAST_ROWS is not None and x.device.type == "cpu" and self.FAST_ROWS[0] <= rows <= self.FAST_ROWS[1]
