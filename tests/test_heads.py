@@ -39,7 +39,7 @@ from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.sampling import GREEDY, SamplingParams
 from specbook.train.eagle import chain_acceptance, train_eagle, unroll
 from specbook.train.features import features_from_ids, validation_indices
-from specbook.train.heads_data import all_prompts, is_heldout, overlaps, training_mix
+from specbook.train.heads_data import Prompt, all_prompts, is_heldout, overlaps, training_mix
 from specbook.train.medusa import best_choices, expected_tokens, head_ranks, train_medusa
 from statfamily import check_fit, check_rejects
 
@@ -455,6 +455,21 @@ def test_shipped_heads_record_their_exact_training_prompts():
         assert ids == set(training["train_prompt_ids"]) | set(training["validation_prompt_ids"]) | set(
             training["heldout_prompt_ids"])
         assert {i for i in ids if is_heldout(i)} == set(training["heldout_prompt_ids"])
+
+
+@pytest.mark.model
+def test_shipped_prompt_sets_share_nothing_with_the_benchmark(smollm2):
+    """The prompts the shipped heads were trained on (decoded from the prompt sets) share no
+    60-character stretch with any benchmark prompt."""
+    from specbook.bench_workloads import load_prompts
+
+    _, tokenizer = smollm2
+    bench = [p.prompt for p in load_prompts()]
+    for kind in ("medusa", "eagle"):
+        rows = [json.loads(line) for line in (REPO / f"specbook/data/{kind}_prompts.jsonl").read_text().splitlines()]
+        texts = [Prompt(r["id"], r["category"], tokenizer.decode(r["prompt_token_ids"])) for r in rows]
+        assert overlaps(bench, prompts=texts) == [], kind
+        assert overlaps([texts[0].text[-200:]], prompts=texts) != []  # the check can fail
 
 
 @pytest.mark.model

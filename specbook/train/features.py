@@ -15,6 +15,14 @@ heads are judged in), and while doing so we keep what the heads learn from:
 The features come out of the same forward that generates the reply, so the cost is one
 target pass per token.  Shards are written as they finish (an interrupted run resumes) to
 ``$SPECBOOK_CACHE/heads/<key>/`` (default ``~/.cache/specbook``), never into the repository.
+
+A prompt set (the exact prompts a shipped head was trained on, as chat-template token ids)
+is drawn from the training mix of :mod:`specbook.train.heads_data` and written by
+
+    python -m specbook.train.features --out specbook/data/eagle_prompts.jsonl \
+        --train-prompts 2400 --heldout-prompts 48 --shared-per-category 400
+
+which also generates (and caches) SmolLM2's replies to them.
 """
 from __future__ import annotations
 
@@ -318,3 +326,34 @@ def validation_indices(features: FeatureSet, every: int = 20) -> tuple[list[int]
     never touched during training)."""
     seqs = list(range(features.num_sequences))
     return [s for s in seqs if s % every], [s for s in seqs if s % every == 0]
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    from ..models.smollm2 import load_smollm2
+    from .heads_data import SHARED_PER_CATEGORY, training_mix
+
+    ap = argparse.ArgumentParser(description="Draw a prompt set from the training mix, generate SmolLM2's "
+                                             "replies to it (cached) and write it as JSON lines.")
+    ap.add_argument("--out", required=True, help="the prompt-set file to write")
+    ap.add_argument("--train-prompts", type=int, required=True)
+    ap.add_argument("--heldout-prompts", type=int, default=24)
+    ap.add_argument("--shared-per-category", type=int, default=SHARED_PER_CATEGORY)
+    ap.add_argument("--max-new-tokens", type=int, default=160)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_smollm2()
+    model.requires_grad_(False)
+    sets = [build_features(training_mix(n, heldout=held, shared_per_category=args.shared_per_category),
+                           max_new_tokens=args.max_new_tokens, model=model, tokenizer=tokenizer, model_tag=smollm2_tag())
+            for n, held in ((args.heldout_prompts, True), (args.train_prompts, False))]
+    n = write_prompt_set(args.out, sets)
+    print(f"wrote {args.out}: {n} prompts ({sets[0].num_sequences} held out), "
+          f"{int(sets[1].tokens.numel())} training tokens")
+
+
+if __name__ == "__main__":
+    main()

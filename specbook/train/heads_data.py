@@ -244,21 +244,26 @@ MIX = {"code-edit": 0.20, "summarize": 0.10, "doc-qa": 0.10, "code-json": 0.10, 
 SHARED_PER_CATEGORY = 150  # prompts asked of each category of specbook.train.data
 
 
-@functools.lru_cache(maxsize=1)
-def _shared_prompts() -> tuple:
+@functools.lru_cache(maxsize=4)
+def _shared_prompts(per_category: int = SHARED_PER_CATEGORY) -> tuple:
     try:
         from . import data
     except ImportError:
         return ()
-    return tuple(data.all_prompts(per_category=SHARED_PER_CATEGORY))
+    return tuple(data.all_prompts(per_category=per_category))
 
 
-def training_mix(n: int, heldout: bool = False, seed: int = 0) -> list:
+def training_mix(n: int, heldout: bool = False, seed: int = 0, shared_per_category: int = SHARED_PER_CATEGORY) -> list:
     """``n`` prompts of one split drawn by the weights in ``MIX`` (seeded; stable under growth of n:
-    a larger n keeps every prompt of a smaller one, so cached replies are reused)."""
+    a larger n keeps every prompt of a smaller one, so cached replies are reused).
+    ``shared_per_category``: prompts asked of each category of :mod:`specbook.train.data` (a
+    larger pool; changing it reshuffles the draw)."""
     if n < 0:
         raise ValueError(f"n must be >= 0, got {n}")
-    pool = [p for p in all_prompts() + list(_shared_prompts()) if is_heldout(p.id) == heldout and p.category in MIX]
+    if shared_per_category < 0:
+        raise ValueError(f"shared_per_category must be >= 0, got {shared_per_category}")
+    pool = [p for p in all_prompts() + list(_shared_prompts(shared_per_category))
+            if is_heldout(p.id) == heldout and p.category in MIX]
     by_cat: dict[str, list] = {}
     for p in pool:
         by_cat.setdefault(p.category, []).append(p)
