@@ -232,16 +232,21 @@ def load_prompt_set(path: str | Path, heldout: bool, *, max_new_tokens: int = 16
 
 
 def heads_training_data(model, tokenizer, *, prompt_set: str | Path | None, train_prompts: int,
-                        heldout_prompts: int, max_new_tokens: int) -> tuple[FeatureSet, FeatureSet]:
+                        heldout_prompts: int, max_new_tokens: int,
+                        shared_per_category: int | None = None) -> tuple[FeatureSet, FeatureSet]:
     """(held-out, training) features for the Medusa and EAGLE trainers, from SmolLM2 ``model``: the
-    exact prompts of a prompt-set file, or else the seeded training mix of ``heads_data``."""
-    from .heads_data import training_mix
+    exact prompts of a prompt-set file, or else the seeded training mix of ``heads_data`` (with
+    ``shared_per_category`` prompts per category of :mod:`specbook.train.data`; None: its default)."""
+    from .heads_data import SHARED_PER_CATEGORY, training_mix
+
+    if shared_per_category is None:
+        shared_per_category = SHARED_PER_CATEGORY
 
     if prompt_set:
         return tuple(load_prompt_set(prompt_set, heldout, max_new_tokens=max_new_tokens, model=model,
                                      tokenizer=tokenizer) for heldout in (True, False))
-    return tuple(build_features(training_mix(n, heldout=heldout), max_new_tokens=max_new_tokens, model=model,
-                                tokenizer=tokenizer, model_tag=smollm2_tag())
+    return tuple(build_features(training_mix(n, heldout=heldout, shared_per_category=shared_per_category),
+                                max_new_tokens=max_new_tokens, model=model, tokenizer=tokenizer, model_tag=smollm2_tag())
                  for n, heldout in ((heldout_prompts, True), (train_prompts, False)))
 
 
@@ -332,7 +337,7 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     from ..models.smollm2 import load_smollm2
-    from .heads_data import SHARED_PER_CATEGORY, training_mix
+    from .heads_data import SHARED_PER_CATEGORY
 
     ap = argparse.ArgumentParser(description="Draw a prompt set from the training mix, generate SmolLM2's "
                                              "replies to it (cached) and write it as JSON lines.")
@@ -347,9 +352,9 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_smollm2()
     model.requires_grad_(False)
-    sets = [build_features(training_mix(n, heldout=held, shared_per_category=args.shared_per_category),
-                           max_new_tokens=args.max_new_tokens, model=model, tokenizer=tokenizer, model_tag=smollm2_tag())
-            for n, held in ((args.heldout_prompts, True), (args.train_prompts, False))]
+    sets = heads_training_data(model, tokenizer, prompt_set=None, train_prompts=args.train_prompts,
+                               heldout_prompts=args.heldout_prompts, max_new_tokens=args.max_new_tokens,
+                               shared_per_category=args.shared_per_category)  # (held-out, training)
     n = write_prompt_set(args.out, sets)
     print(f"wrote {args.out}: {n} prompts ({sets[0].num_sequences} held out), "
           f"{int(sets[1].tokens.numel())} training tokens")
