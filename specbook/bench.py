@@ -273,8 +273,9 @@ def run_bench(args) -> dict:
         engine.run(prompt_ids[0][:32], obj, params, 4, args.gamma, _gen(args, 0))
     budgets = [args.max_new_tokens] * len(prompts)
     if args.until_eos:
-        budgets = reply_lengths(SpecbookEngine(model, max_length), prompt_ids, args.max_new_tokens,
-                                tokenizer.eos_token_id, progress=not args.no_progress)
+        plain = sb if "specbook" in engines else SpecbookEngine(model, max_length)  # one KV cache, not two
+        budgets = reply_lengths(plain, prompt_ids, args.max_new_tokens, tokenizer.eos_token_id,
+                                progress=not args.no_progress)
     records, outputs = [], {}
     bar = tqdm(total=len(prompts) * len(combos), desc="bench", disable=args.no_progress, file=sys.stderr)
     for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids)):
