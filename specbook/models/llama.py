@@ -184,7 +184,7 @@ class Linear(nn.Linear):
     def frozen(cls, weight: torch.Tensor) -> "Linear":
         """A bias-free Linear over a copy of ``weight`` (out, in) that is never trained (a draft head
         reusing rows of the target's LM head)."""
-        lin = cls(weight.shape[1], weight.shape[0], bias=False, device=weight.device, dtype=weight.dtype)
+        lin = cls(weight.shape[1], weight.shape[0], bias=False, device="meta")  # no throwaway random init
         lin.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
         return lin
 
