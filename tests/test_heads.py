@@ -445,10 +445,10 @@ def test_smollm2_greedy_tree_decoding_with_medusa_and_eagle_equals_autoregressiv
 def test_shipped_heads_record_their_exact_training_prompts():
     """Each shipped head names the prompt set it was trained on, and that file holds exactly the
     prompts its json lists (train, validation, held-out), each split as ``is_heldout`` says."""
-    for name, kind in (("medusa_smollm2-135m", "medusa"), ("eagle_smollm2-135m", "eagle")):
+    for name in ("medusa_smollm2-135m", "eagle_smollm2-135m"):
         training = json.loads((WEIGHTS_DIR / f"{name}.json").read_text())["training"]
-        path = f"specbook/data/{kind}_prompts.jsonl"
-        assert f"--prompt-set {path}" in training["command"] and training["prompt_set"] == path
+        path = training["prompt_set"]
+        assert path.startswith("specbook/data/") and f"--prompt-set {path}" in training["command"], name
         rows = [json.loads(line) for line in (REPO / path).read_text().splitlines()]
         ids = {r["id"] for r in rows}
         assert len(ids) == len(rows) and all(r["prompt_token_ids"] for r in rows)
@@ -465,8 +465,10 @@ def test_shipped_prompt_sets_share_nothing_with_the_benchmark(smollm2):
 
     _, tokenizer = smollm2
     bench = [p.prompt for p in load_prompts()]
-    for kind in ("medusa", "eagle"):
-        rows = [json.loads(line) for line in (REPO / f"specbook/data/{kind}_prompts.jsonl").read_text().splitlines()]
+    sets = {json.loads((WEIGHTS_DIR / f"{name}.json").read_text())["training"]["prompt_set"]
+            for name in ("medusa_smollm2-135m", "eagle_smollm2-135m")}
+    for kind in sorted(sets):
+        rows = [json.loads(line) for line in (REPO / kind).read_text().splitlines()]
         texts = [Prompt(r["id"], r["category"], tokenizer.decode(r["prompt_token_ids"])) for r in rows]
         assert overlaps(bench, prompts=texts) == [], kind
         assert overlaps([texts[0].text[-200:]], prompts=texts) != []  # the check can fail

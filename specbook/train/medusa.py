@@ -194,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
     ap.add_argument("--prompt-set", default=None,
                     help="a JSON-lines prompt set (id, category, prompt token ids) instead of the mix: the exact "
-                         "data of the shipped head: specbook/data/medusa_prompts.jsonl")
+                         "data of the shipped heads: specbook/data/eagle_prompts.jsonl")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (1 is best on a shared CPU)")
     ap.add_argument("--out", default=str(WEIGHTS_DIR / DEFAULT_NAME))
     args = ap.parse_args(argv)
