@@ -467,10 +467,10 @@ def test_shipped_prompt_sets_share_nothing_with_the_benchmark(smollm2):
     bench = [p.prompt for p in load_prompts()]
     sets = {json.loads((WEIGHTS_DIR / f"{name}.json").read_text())["training"]["prompt_set"]
             for name in ("medusa_smollm2-135m", "eagle_smollm2-135m")}
-    for kind in sorted(sets):
-        rows = [json.loads(line) for line in (REPO / kind).read_text().splitlines()]
+    for path in sorted(sets):
+        rows = [json.loads(line) for line in (REPO / path).read_text().splitlines()]
         texts = [Prompt(r["id"], r["category"], tokenizer.decode(r["prompt_token_ids"])) for r in rows]
-        assert overlaps(bench, prompts=texts) == [], kind
+        assert overlaps(bench, prompts=texts) == [], path
         assert overlaps([texts[0].text[-200:]], prompts=texts) != []  # the check can fail
 
 
