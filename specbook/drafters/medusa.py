@@ -19,7 +19,7 @@ file small and drafting cheap; a token outside it is simply never drafted.
 The heads cannot see each other's guesses, so Medusa proposes a *tree*: the top few
 candidates of each head, combined along the paths of a choice list (sec. 2.1.2).  The
 best list for a given tree size follows from how often each head's rank-r candidate is
-right (:func:`best_choices`).  In the decoding loop the pending token plays the part of
+right (:func:`specbook.train.medusa.best_choices`, from ranks measured after training).  In the decoding loop the pending token plays the part of
 the LM head's own prediction, so the tree hangs below it.
 """
 from __future__ import annotations
@@ -84,33 +84,6 @@ def check_vocab(vocab: torch.Tensor, draft_vocab_size: int, target_vocab_size: i
         raise ValueError(f"vocab must have shape ({draft_vocab_size},), got {tuple(vocab.shape)}")
     if len(vocab) and (vocab.min() < 0 or vocab.max() >= target_vocab_size or len(vocab.unique()) != len(vocab)):
         raise ValueError(f"vocab must hold distinct target token ids in [0, {target_vocab_size})")
-
-
-def best_choices(accuracy: torch.Tensor, num_nodes: int) -> list[list[int]]:
-    """The choice list of ``num_nodes`` paths with the largest expected accepted length.
-
-    accuracy: (K, S), accuracy[k, r] = P(head k's rank-r candidate is the right token),
-    measured on data.  Assuming heads err independently, a path (r_0, ..., r_d) is accepted
-    whole with probability prod_j accuracy[j, r_j], and the expected number of accepted
-    drafts is the sum of that over the tree's nodes.  A child is never likelier than its
-    parent, so taking the likeliest frontier node again and again (best-first search) gives
-    the best tree of every size (Medusa, sec. 2.1.2 and appendix: "optimized tree").
-    """
-    if accuracy.ndim != 2 or (accuracy < 0).any() or (accuracy > 1).any():
-        raise ValueError(f"accuracy must be a (K, S) tensor of probabilities, got shape {tuple(accuracy.shape)}")
-    if not isinstance(num_nodes, int) or num_nodes < 1:
-        raise ValueError(f"num_nodes must be an int >= 1, got {num_nodes!r}")
-    K, S = accuracy.shape
-    acc = accuracy.double().tolist()
-    frontier = [(acc[0][r], (r,)) for r in range(S)]
-    chosen: list[list[int]] = []
-    while frontier and len(chosen) < num_nodes:
-        frontier.sort(key=lambda x: (-x[0], x[1]))
-        prob, path = frontier.pop(0)
-        chosen.append(list(path))
-        if len(path) < K:
-            frontier.extend((prob * acc[len(path)][r], path + (r,)) for r in range(S))
-    return chosen
 
 
 def save_medusa(heads: MedusaHeads, path: str | Path, meta: dict | None = None) -> None:
