@@ -442,11 +442,18 @@ def test_smollm2_greedy_tree_decoding_with_medusa_and_eagle_equals_autoregressiv
     assert mean["eagle-tree"] > mean["eagle-chain"] and mean["eagle-tree"] > mean["medusa-tree"], mean
 
 
+SHIPPED_HEADS = ("medusa_smollm2-135m", "eagle_smollm2-135m")
+
+
+def _shipped_meta(name: str) -> dict:
+    return json.loads((WEIGHTS_DIR / f"{name}.json").read_text())
+
+
 def test_shipped_heads_record_their_exact_training_prompts():
     """Each shipped head names the prompt set it was trained on, and that file holds exactly the
     prompts its json lists (train, validation, held-out), each split as ``is_heldout`` says."""
-    for name in ("medusa_smollm2-135m", "eagle_smollm2-135m"):
-        training = json.loads((WEIGHTS_DIR / f"{name}.json").read_text())["training"]
+    for name in SHIPPED_HEADS:
+        training = _shipped_meta(name)["training"]
         path = training["prompt_set"]
         assert path.startswith("specbook/data/") and f"--prompt-set {path}" in training["command"], name
         rows = [json.loads(line) for line in (REPO / path).read_text().splitlines()]
@@ -465,8 +472,7 @@ def test_shipped_prompt_sets_share_nothing_with_the_benchmark(smollm2):
 
     _, tokenizer = smollm2
     bench = [p.prompt for p in load_prompts()]
-    sets = {json.loads((WEIGHTS_DIR / f"{name}.json").read_text())["training"]["prompt_set"]
-            for name in ("medusa_smollm2-135m", "eagle_smollm2-135m")}
+    sets = {_shipped_meta(name)["training"]["prompt_set"] for name in SHIPPED_HEADS}
     for path in sorted(sets):
         rows = [json.loads(line) for line in (REPO / path).read_text().splitlines()]
         texts = [Prompt(r["id"], r["category"], tokenizer.decode(r["prompt_token_ids"])) for r in rows]
@@ -476,9 +482,8 @@ def test_shipped_prompt_sets_share_nothing_with_the_benchmark(smollm2):
 
 @pytest.mark.model
 def test_shipped_heads_are_small_and_documented():
-    for name in ("medusa_smollm2-135m", "eagle_smollm2-135m"):
-        weights, meta_path = WEIGHTS_DIR / f"{name}.safetensors", WEIGHTS_DIR / f"{name}.json"
-        assert weights.stat().st_size < 20e6, name  # no copy of the 49152 x 576 embedding / LM head
-        meta = json.loads(meta_path.read_text())
+    for name in SHIPPED_HEADS:
+        assert (WEIGHTS_DIR / f"{name}.safetensors").stat().st_size < 20e6, name  # no copy of the 49152 x 576 embedding / LM head
+        meta = _shipped_meta(name)
         assert meta["training"]["command"].startswith("python -m specbook.train.")
         assert meta["heldout"], name

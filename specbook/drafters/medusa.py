@@ -19,8 +19,9 @@ file small and drafting cheap; a token outside it is simply never drafted.
 The heads cannot see each other's guesses, so Medusa proposes a *tree*: the top few
 candidates of each head, combined along the paths of a choice list (sec. 2.1.2).  The
 best list for a given tree size follows from how often each head's rank-r candidate is
-right (:func:`specbook.train.medusa.best_choices`, from ranks measured after training).  In the decoding loop the pending token plays the part of
-the LM head's own prediction, so the tree hangs below it.
+right (:func:`specbook.train.medusa.best_choices`, from ranks measured after training).  In
+the decoding loop the pending token plays the part of the LM head's own prediction, so the
+tree hangs below it.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..models.smollm2 import cache_root
-from .heads_data import Prompt, chat_ids
+from .heads_data import SHARED_PER_CATEGORY, Prompt, chat_ids, training_mix
 
 TOPK = 8
 
@@ -233,15 +233,10 @@ def load_prompt_set(path: str | Path, heldout: bool, *, max_new_tokens: int = 16
 
 def heads_training_data(model, tokenizer, *, prompt_set: str | Path | None, train_prompts: int,
                         heldout_prompts: int, max_new_tokens: int,
-                        shared_per_category: int | None = None) -> tuple[FeatureSet, FeatureSet]:
+                        shared_per_category: int = SHARED_PER_CATEGORY) -> tuple[FeatureSet, FeatureSet]:
     """(held-out, training) features for the Medusa and EAGLE trainers, from SmolLM2 ``model``: the
     exact prompts of a prompt-set file, or else the seeded training mix of ``heads_data`` (with
-    ``shared_per_category`` prompts per category of :mod:`specbook.train.data`; None: its default)."""
-    from .heads_data import SHARED_PER_CATEGORY, training_mix
-
-    if shared_per_category is None:
-        shared_per_category = SHARED_PER_CATEGORY
-
+    ``shared_per_category`` prompts per category of :mod:`specbook.train.data`)."""
     if prompt_set:
         return tuple(load_prompt_set(prompt_set, heldout, max_new_tokens=max_new_tokens, model=model,
                                      tokenizer=tokenizer) for heldout in (True, False))
@@ -337,7 +332,6 @@ def main(argv: list[str] | None = None) -> None:
     import argparse
 
     from ..models.smollm2 import load_smollm2
-    from .heads_data import SHARED_PER_CATEGORY
 
     ap = argparse.ArgumentParser(description="Draw a prompt set from the training mix, generate SmolLM2's "
                                              "replies to it (cached) and write it as JSON lines.")
