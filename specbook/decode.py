@@ -22,16 +22,24 @@ states) may define ``observe(target, kept)``.  The loop calls it after the prefi
 after every verification, once the cache is final: ``kept[b]`` lists, in order, the
 indices of the last forward's new tokens that stayed in row b's cache, so the drafter
 can read ``target.last_hidden[b, kept[b]]``.  Other drafters simply do not define it.
+
+Rows are independent: prompts may have different lengths (one padded prefill, then each row
+rolled back to its own length), each row stops at its own budget or end token, and a row that
+ends leaves the batch (``select_rows`` on the target and the drafter), so it costs nothing more.
+Every Draft and every block of target logits is checked on arrival (:mod:`specbook.validate`).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from tqdm.auto import tqdm
 
-from .protocols import Draft, Drafter, Target
+from .protocols import (CountsPasses, Draft, Drafter, SupportsKeep, SupportsObserve, SupportsPrefill,
+                        SupportsSelectRows, Target)
 from .sampling import SamplingParams, logits_to_probs, sample
+from .validate import check_budget, check_draft, check_gamma, check_max_new_tokens, check_target_logits, eos_ids, prompt_rows
 from .verify import verify_chain, verify_greedy
 from .verify_tree import keep_indices, verify_tree, verify_tree_greedy
 
@@ -78,20 +86,28 @@ class DecodeStats:
         """P(accept draft i | draft i was verified), for each depth i."""
         return [a / p if p else float("nan") for a, p in zip(self.position_accepted, self.position_proposed)]
 
-    def record(self, num_drafts: int, num_emitted: torch.Tensor, depth: int | None = None) -> None:
+    def record(self, num_drafts: int, num_emitted: torch.Tensor, depth: int | None = None,
+               kept: torch.Tensor | None = None) -> None:
         """Count one verification pass.  ``depth``: for a tree of ``num_drafts`` nodes, its longest
         path; a tree is then counted per level (a level is verified when every level above it was
-        accepted, and accepted when one of its nodes was), so ``verified`` counts levels."""
+        accepted, and accepted when one of its nodes was), so ``verified`` counts levels.
+
+        ``kept[b]`` (default ``num_emitted``): how many of row b's tokens the row kept.  A row that
+        reached its budget or an end token keeps fewer; the tokens it dropped are neither emitted
+        nor counted, and every kept token before the cut was an accepted draft."""
         self.target_passes += 1
         levels = num_drafts if depth is None else depth
-        for n in num_emitted.tolist():
-            accepted = n - 1
+        kept_list = num_emitted.tolist() if kept is None else kept.tolist()
+        for n, k in zip(num_emitted.tolist(), kept_list):
+            if k < n:  # cut short: k accepted drafts kept, no rejection among them
+                accepted, verified = k, min(k, levels)
+            else:
+                accepted = n - 1
+                verified = min(accepted + 1, levels)  # depth i was verified iff all earlier drafts were accepted
             self.proposed += num_drafts
             self.accepted += accepted
-            self.emitted += n
+            self.emitted += k
             self.accepted_per_step.append(accepted)
-            # depth i was verified iff all earlier drafts were accepted
-            verified = min(accepted + 1, levels)
             self.verified += verified
             while len(self.position_proposed) < levels:
                 self.position_proposed.append(0)
@@ -108,38 +124,140 @@ class DecodeStats:
 
 @dataclass
 class GenerateResult:
-    tokens: torch.Tensor  # (B, T + max_new_tokens) prompt followed by the generated tokens
-    new_tokens: torch.Tensor  # (B, max_new_tokens)
+    """What a generation returns.
+
+    Rows may end at different lengths (ragged prompts, or a row that met ``eos_token_id``): the
+    tensors are then right-padded with ``PAD = -1``, which is never a token id.  ``lengths`` holds
+    each row's number of new tokens and :meth:`sequences` gives them unpadded.
+    """
+
+    tokens: torch.Tensor  # (B, max_b(T_b + L_b)) prompt followed by the new tokens, right-padded with PAD
+    new_tokens: torch.Tensor  # (B, max_b L_b) the new tokens, right-padded with PAD
     stats: DecodeStats
+    lengths: torch.Tensor  # (B,) new tokens per row (the end token included when a row met one)
+
+    def sequences(self) -> list[list[int]]:
+        """The new tokens of each row, without padding."""
+        return [row[:n] for row, n in zip(self.new_tokens.tolist(), self.lengths.tolist())]
 
 
-def _check_prompt(prompt, vocab_size: int) -> torch.Tensor:
-    prompt = torch.as_tensor(prompt)
-    if prompt.ndim == 1:
-        prompt = prompt[None]
-    if prompt.ndim != 2 or prompt.shape[1] == 0 or prompt.shape[0] == 0:
-        raise ValueError(f"prompt must be a non-empty (T,) or (B, T) token tensor, got shape {tuple(prompt.shape)}")
-    if prompt.is_floating_point():
-        raise ValueError(f"prompt must hold integer token ids, got dtype {prompt.dtype}")
-    if prompt.min() < 0 or prompt.max() >= vocab_size:
-        raise ValueError(f"prompt has token ids outside [0, {vocab_size}): min {int(prompt.min())}, max {int(prompt.max())}")
-    return prompt.long()
+PAD = -1
 
 
-def _check_common(max_new_tokens: int, params: SamplingParams) -> None:
-    if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+class _Rows:
+    """Per-row bookkeeping: what each row has emitted, which rows are still live, and when a row ends.
+
+    ``live[s]`` is the original row index held in batch slot ``s``.  A row ends when it has
+    ``max_new_tokens`` new tokens or emits an end token; whatever a step produced after that
+    point is dropped (never emitted, never counted), and the row leaves the batch.
+    """
+
+    def __init__(self, prompts: list[list[int]], max_new_tokens: int, eos: frozenset[int]):
+        self.prompts = prompts
+        self.max_new_tokens = max_new_tokens
+        self.eos = eos
+        self.emitted: list[list[int]] = [[] for _ in prompts]
+        self.live = list(range(len(prompts)))
+
+    def contexts(self, device) -> list[torch.Tensor]:
+        return [torch.tensor(self.prompts[b] + self.emitted[b], dtype=torch.long, device=device) for b in self.live]
+
+    def room(self) -> int:
+        """The most new tokens any live row may still emit."""
+        return max(self.max_new_tokens - len(self.emitted[b]) for b in self.live)
+
+    def extend(self, tokens: list[list[int]], counts: list[int]) -> tuple[list[int], list[int]]:
+        """Append each live slot's ``tokens[s][:counts[s]]``, cut at the budget and after an end token.
+
+        Returns (kept count per slot, slots whose row has now ended)."""
+        kept, ended = [], []
+        for s, (b, row, n) in enumerate(zip(self.live, tokens, counts)):
+            new = row[: min(n, self.max_new_tokens - len(self.emitted[b]))]
+            for i, t in enumerate(new):
+                if t in self.eos:
+                    new = new[: i + 1]
+                    break
+            self.emitted[b].extend(new)
+            kept.append(len(new))
+            if len(self.emitted[b]) >= self.max_new_tokens or (new and new[-1] in self.eos):
+                ended.append(s)
+        return kept, ended
+
+    def result(self, stats: DecodeStats, device) -> GenerateResult:
+        lengths = torch.tensor([len(e) for e in self.emitted], dtype=torch.long, device=device)
+        width = max(len(e) for e in self.emitted)
+        full = max(len(p) + len(e) for p, e in zip(self.prompts, self.emitted))
+        new = torch.tensor([e + [PAD] * (width - len(e)) for e in self.emitted], dtype=torch.long, device=device)
+        seqs = [p + e for p, e in zip(self.prompts, self.emitted)]
+        tokens = torch.tensor([s + [PAD] * (full - len(s)) for s in seqs], dtype=torch.long, device=device)
+        return GenerateResult(tokens, new.reshape(len(seqs), width), stats, lengths)
+
+
+def _prompt_device(prompt) -> torch.device:
+    if isinstance(prompt, torch.Tensor):
+        return prompt.device
+    if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], torch.Tensor):
+        return prompt[0].device
+    return torch.device("cpu")
+
+
+def _prefill(target: Target, rows: list[list[int]], device) -> list[list[int]]:
+    """Reset ``target`` to ``len(rows)`` rows and cache every token of each row but its last.
+
+    Rows of different lengths are padded on the right (with the row's own last token) for one
+    batched prefill, then each row is rolled back to its own length.  Returns, per row, the indices
+    of that forward's tokens that stayed in the cache (what ``observe`` needs)."""
+    target.reset(len(rows))
+    width = max(len(r) for r in rows) - 1
+    if width > 0:
+        padded = torch.tensor([r[:-1] + [r[-1]] * (width - len(r) + 1) for r in rows], device=device)  # (B, W)
+        if isinstance(target, SupportsPrefill):
+            target.prefill(padded)
+        else:
+            target.forward(padded)
+        if any(len(r) - 1 != width for r in rows):
+            target.rollback(torch.tensor([len(r) - 1 for r in rows], dtype=torch.long))
+    return [list(range(len(r) - 1)) for r in rows]
+
+
+def _drop_rows(target: Target, drafter, rows: _Rows, ended: list[int], device) -> None:
+    """Take the ended slots out of the batch, so finished rows cost nothing more.
+
+    Targets and drafters that implement ``select_rows`` shrink their caches in place; a target
+    that does not is rebuilt from the live rows' histories (one prefill), and a drafter that does
+    not re-synchronises from the contexts it is shown, as the Drafter protocol requires."""
+    gone = set(ended)
+    keep = [s for s in range(len(rows.live)) if s not in gone]
+    rows.live = [rows.live[s] for s in keep]
+    if not rows.live:
+        return
+    if isinstance(target, SupportsSelectRows):
+        target.select_rows(keep)
+        if isinstance(drafter, SupportsSelectRows):
+            drafter.select_rows(keep)
+    else:
+        histories = [rows.prompts[b] + rows.emitted[b] for b in rows.live]
+        kept = _prefill(target, histories, device)
+        if isinstance(drafter, SupportsSelectRows):
+            drafter.select_rows(keep)
+        if isinstance(drafter, SupportsObserve):
+            drafter.observe(target, kept)
+
+
+def _pending(rows: _Rows, device) -> torch.Tensor:
+    """Each live row's last token, the one fed first in the next pass (B, 1)."""
+    return torch.tensor([[(rows.prompts[b] + rows.emitted[b])[-1]] for b in rows.live], dtype=torch.long,
+                        device=device)
+
+
+def _check_common(target: Target, prompt, max_new_tokens, params, eos_token_id):
+    check_max_new_tokens(max_new_tokens)
     if not isinstance(params, SamplingParams):
-        raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-
-
-def _start(target: Target, prompt: torch.Tensor) -> torch.Tensor:
-    """Prefill all prompt tokens but the last; return the pending token (B, 1)."""
-    target.reset(prompt.shape[0])
-    if prompt.shape[1] > 1:
-        # a target may offer a cheaper prefill that fills the cache without computing logits
-        getattr(target, "prefill", target.forward)(prompt[:, :-1])
-    return prompt[:, -1:]
+        raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+    prompts = prompt_rows(prompt, target.vocab_size)
+    eos = eos_ids(eos_token_id, target.vocab_size)
+    check_budget(target, prompts, max_new_tokens)
+    return prompts, eos
 
 
 def generate(
@@ -149,21 +267,35 @@ def generate(
     params: SamplingParams = SamplingParams(),
     generator: torch.Generator | None = None,
     progress: bool = False,
+    eos_token_id: int | Sequence[int] | None = None,
 ) -> GenerateResult:
-    """Plain autoregressive decoding: one target pass per token."""
-    _check_common(max_new_tokens, params)
-    prompt = _check_prompt(prompt, target.vocab_size)
+    """Plain autoregressive decoding: one target pass per token.
+
+    ``prompt``: a (T,) or (B, T) token tensor, or a list of rows of any lengths.  A row stops at
+    ``max_new_tokens`` or right after it emits a token of ``eos_token_id``, and then leaves the batch.
+    """
+    prompts, eos = _check_common(target, prompt, max_new_tokens, params, eos_token_id)
+    device = _prompt_device(prompt)
+    rows = _Rows(prompts, max_new_tokens, eos)
     stats = DecodeStats()
-    pending = _start(target, prompt)  # (B, 1)
-    out = []
-    for _ in tqdm(range(max_new_tokens), disable=not progress, desc="generate"):
-        logits = target.forward(pending)[:, -1]  # (B, V)
+    _prefill(target, prompts, device)
+    pending = _pending(rows, device)  # (B, 1)
+    bar = tqdm(total=max_new_tokens, disable=not progress, desc="generate")
+    while rows.live:
+        B = len(rows.live)
+        logits = target.forward(pending)
+        check_target_logits(logits, target, (B, 1, target.vocab_size))
+        logits = logits[:, -1]  # (B, V)
         nxt = logits.argmax(-1) if params.greedy else sample(logits_to_probs(logits, params), generator)  # (B,)
-        stats.record(0, torch.ones(prompt.shape[0], dtype=torch.long))
-        pending = nxt[:, None]
-        out.append(pending)
-    new = torch.cat(out, dim=1)
-    return GenerateResult(torch.cat([prompt, new], dim=1), new, stats)
+        kept, ended = rows.extend([[t] for t in nxt.tolist()], [1] * B)
+        stats.record(0, torch.tensor(kept, dtype=torch.long))
+        bar.update(1)
+        pending = nxt[:, None].to(device)
+        if ended:
+            _drop_rows(target, None, rows, ended, device)
+            pending = _pending(rows, device) if rows.live else pending
+    bar.close()
+    return rows.result(stats, device)
 
 
 def speculative_generate(
@@ -175,71 +307,95 @@ def speculative_generate(
     gamma: int = 4,
     generator: torch.Generator | None = None,
     progress: bool = False,
+    eos_token_id: int | Sequence[int] | None = None,
 ) -> GenerateResult:
     """Speculative decoding with any drafter; the output law equals :func:`generate`'s exactly.
 
     ``gamma`` is the number of drafts requested per step (a drafter may return fewer, e.g. an
-    n-gram drafter without a match, or adapt it).  With ``params.temperature == 0`` verification is
-    greedy and the output equals greedy autoregressive decoding token for token.
+    n-gram drafter without a match, or adapt it); the loop never asks for drafts past the longest
+    remaining budget, so speculation needs no more context than plain decoding.  With
+    ``params.temperature == 0`` verification is greedy and the output equals greedy autoregressive
+    decoding token for token.  ``prompt`` and ``eos_token_id`` work as in :func:`generate`: every
+    row stops at its own end and leaves the batch.
 
     A drafter that returns ``Draft.parents`` proposes a tree (Medusa, EAGLE): the target needs
     ``forward(tokens, parents)`` and ``keep(indices)``; ``Draft.probs`` row i is the law node i was
     drawn from (None for deterministic candidates such as top-k lists).  Stats then count
     ``proposed`` = tree nodes and ``accepted`` = accepted path length, per row and pass.
     """
-    _check_common(max_new_tokens, params)
-    if not isinstance(gamma, int) or gamma < 0:
-        raise ValueError(f"gamma must be an int >= 0, got {gamma!r}")
-    prompt = _check_prompt(prompt, target.vocab_size)
-    B = prompt.shape[0]
+    prompts, eos = _check_common(target, prompt, max_new_tokens, params, eos_token_id)
+    check_gamma(gamma)
+    device = _prompt_device(prompt)
+    rows = _Rows(prompts, max_new_tokens, eos)
     stats = DecodeStats()
-    draft_passes_before = int(getattr(drafter, "passes", 0))
-    pending = _start(target, prompt)  # (B, 1)
-    observe = getattr(drafter, "observe", None)
-    if observe is not None:
-        observe(target, [list(range(prompt.shape[1] - 1))] * B)  # the prefilled prompt, pending excluded
-    emitted: list[list[int]] = [[] for _ in range(B)]
-    prompt_rows = prompt.tolist()
+    passes_before = drafter.passes if isinstance(drafter, CountsPasses) else 0
+    kept = _prefill(target, prompts, device)
+    if isinstance(drafter, SupportsObserve):
+        drafter.observe(target, kept)  # the prefilled prompt, pending excluded
+    pending = _pending(rows, device)  # (B, 1)
     bar = tqdm(total=max_new_tokens, disable=not progress, desc="speculative")
-    while min(len(e) for e in emitted) < max_new_tokens:
-        contexts = [torch.tensor(prompt_rows[b] + emitted[b], device=prompt.device) for b in range(B)]
-        draft: Draft = drafter.propose(contexts, gamma, params, generator)
+    while rows.live:
+        B, V = len(rows.live), target.vocab_size
+        done = min(len(rows.emitted[b]) for b in rows.live)
+        # drafts past the longest remaining budget could never be emitted: do not ask for them
+        draft = drafter.propose(rows.contexts(device), min(gamma, rows.room() - 1), params, generator)
+        check_draft(draft, drafter, B, V)
         K = draft.num_tokens
-        lengths_before = target.cache_lengths  # (B,)
-        draft_tokens = draft.tokens.to(pending.device)  # a drafter may build its tokens on another device
-        fed = torch.cat([pending, draft_tokens], dim=1)  # (B, K+1)
-        if draft.parents is None:
-            logits = target.forward(fed)  # (B, K+1, V)
-            if params.greedy:
-                tokens, num_emitted = verify_greedy(logits, draft_tokens)
-            else:
-                tokens, num_emitted = verify_chain(logits_to_probs(logits, params), draft.probs, draft_tokens, generator)
-            # keep the pending token and the accepted drafts; the last emitted token becomes pending
-            target.rollback(lengths_before + num_emitted)
-            kept = [list(range(n)) for n in num_emitted.tolist()]
-            stats.record(K, num_emitted)
-        else:
-            # the pending token is the tree's root: node i becomes index i+1, root children hang off it
-            parents = draft.parents.to(pending.device).long()  # (K,)
-            fed_parents = torch.cat([parents.new_full((1,), -1), torch.where(parents < 0, 0, parents + 1)])  # (K+1,)
-            logits = target.forward(fed, parents=fed_parents)  # (B, K+1, V)
-            if params.greedy:
-                tokens, num_emitted, path = verify_tree_greedy(logits, draft_tokens, parents)
-            else:
-                tokens, num_emitted, path = verify_tree(logits_to_probs(logits, params), draft.probs, draft_tokens,
-                                                        parents, generator)
-            # keep the pending token and the accepted path, packed into place
-            kept = keep_indices(path, num_emitted)
-            target.keep(kept)
-            stats.record(K, num_emitted, depth=path.shape[1])
-        if observe is not None:
-            observe(target, kept)
-        stats.draft_passes = int(getattr(drafter, "passes", 0)) - draft_passes_before
-        done = min(len(e) for e in emitted)
-        for row, new, n in zip(emitted, tokens.tolist(), num_emitted.tolist()):
-            row.extend(new[:n])
-        pending = tokens.gather(1, (num_emitted - 1)[:, None])  # (B, 1)
-        bar.update(min(len(e) for e in emitted) - done)
+        tokens, num_emitted, kept, depth = _verify_step(target, draft, pending, params, generator)
+        if isinstance(drafter, SupportsObserve):
+            drafter.observe(target, kept)
+        if isinstance(drafter, CountsPasses):
+            stats.draft_passes = drafter.passes - passes_before
+        counts, ended = rows.extend(tokens.tolist(), num_emitted.tolist())
+        stats.record(K, num_emitted, depth=depth, kept=torch.tensor(counts, dtype=torch.long))
+        pending = tokens.gather(1, (num_emitted - 1)[:, None]).to(device)  # (B, 1)
+        if ended:
+            _drop_rows(target, drafter, rows, ended, device)
+            pending = _pending(rows, device) if rows.live else pending
+        bar.update(min((len(rows.emitted[b]) for b in rows.live), default=max_new_tokens) - done)
     bar.close()
-    new = torch.tensor([e[:max_new_tokens] for e in emitted], dtype=torch.long, device=prompt.device)
-    return GenerateResult(torch.cat([prompt, new], dim=1), new, stats)
+    return rows.result(stats, device)
+
+
+def _verify_step(target: Target, draft: Draft, pending: torch.Tensor, params: SamplingParams,
+                 generator: torch.Generator | None):
+    """One target pass over ``[pending] + draft``, verification, and the cache cut back to what was kept.
+
+    Returns (tokens (B, K+1), num_emitted (B,), kept indices per row, tree depth or None)."""
+    B, K, V = pending.shape[0], draft.num_tokens, target.vocab_size
+    lengths_before = target.cache_lengths  # (B,)
+    limit = getattr(target, "max_length", None)
+    if limit is not None and int(lengths_before.max()) + K + 1 > limit:
+        raise ValueError(f"the drafter proposed {K} tokens, which with the cached context "
+                         f"({int(lengths_before.max())} tokens) exceed the target's max_length={limit}: use a "
+                         f"smaller tree or a larger max_length")
+    draft_tokens = draft.tokens.to(pending.device).long()  # a drafter may build its tokens on another device
+    fed = torch.cat([pending, draft_tokens], dim=1)  # (B, K+1)
+    if draft.parents is None:
+        logits = target.forward(fed)  # (B, K+1, V)
+        check_target_logits(logits, target, (B, K + 1, V))
+        draft_tokens = draft_tokens.to(logits.device)
+        if params.greedy:
+            tokens, num_emitted = verify_greedy(logits, draft_tokens)
+        else:
+            tokens, num_emitted = verify_chain(logits_to_probs(logits, params), draft.probs, draft_tokens, generator)
+        # keep the pending token and the accepted drafts; the last emitted token becomes pending
+        target.rollback(lengths_before + num_emitted.to(lengths_before.device))
+        return tokens, num_emitted, [list(range(n)) for n in num_emitted.tolist()], None
+    if not isinstance(target, SupportsKeep):
+        raise TypeError(f"{type(target).__name__} cannot verify a tree draft: it has no keep(indices) method")
+    # the pending token is the tree's root: node i becomes index i+1, root children hang off it
+    parents = draft.parents.to(pending.device).long()  # (K,)
+    fed_parents = torch.cat([parents.new_full((1,), -1), torch.where(parents < 0, 0, parents + 1)])  # (K+1,)
+    logits = target.forward(fed, parents=fed_parents)  # (B, K+1, V)
+    check_target_logits(logits, target, (B, K + 1, V))
+    draft_tokens = draft_tokens.to(logits.device)
+    if params.greedy:
+        tokens, num_emitted, path = verify_tree_greedy(logits, draft_tokens, parents.to(logits.device))
+    else:
+        tokens, num_emitted, path = verify_tree(logits_to_probs(logits, params), draft.probs, draft_tokens,
+                                                parents.to(logits.device), generator)
+    # keep the pending token and the accepted path, packed into place
+    kept = keep_indices(path, num_emitted)
+    target.keep(kept)
+    return tokens, num_emitted, kept, path.shape[1]

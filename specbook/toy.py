@@ -73,6 +73,15 @@ class MarkovLM:
         self._lengths = lengths.clone()
         self._last_start = None
 
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows`` (slot indices, in that order)."""
+        if not rows or any(not 0 <= r < len(self._lengths) for r in rows):
+            raise ValueError(f"rows must be a non-empty list of row indices in [0, {len(self._lengths)}), got {rows}")
+        index = torch.tensor(rows, dtype=torch.long)
+        self._history = self._history.index_select(0, index)
+        self._lengths = self._lengths.index_select(0, index)
+        self._last_start = None
+
     def keep(self, indices) -> None:
         """After a tree forward, keep only ``indices[b]`` (new-token indices, a root-to-node path) per row."""
         if self._last_start is None:
@@ -124,14 +133,21 @@ class MarkovLM:
     def next_probs(self, context, params: SamplingParams = SamplingParams()) -> torch.Tensor:
         return logits_to_probs(self.next_logits(context), params)  # (V,)
 
-    def sequence_law(self, prompt, length: int, params: SamplingParams = SamplingParams()) -> dict[tuple[int, ...], float]:
-        """Exact probability of every continuation of ``length`` tokens under ``params`` (zeros omitted)."""
+    def sequence_law(self, prompt, length: int, params: SamplingParams = SamplingParams(),
+                     eos_token_id: int | None = None) -> dict[tuple[int, ...], float]:
+        """Exact probability of every continuation of ``length`` tokens under ``params`` (zeros omitted).
+
+        With ``eos_token_id`` a continuation ends right after its first end token, so outcomes
+        are the sequences that stop at the end token or run to ``length``."""
         if length < 0:
             raise ValueError(f"length must be >= 0, got {length}")
         law = {(): 1.0}
         for _ in range(length):
             nxt = {}
             for seq, w in law.items():
+                if seq and seq[-1] == eos_token_id:
+                    nxt[seq] = w  # ended: no more tokens
+                    continue
                 probs = self.next_probs(list(prompt) + list(seq), params).tolist()
                 for z, pz in enumerate(probs):
                     if pz > 0:

@@ -242,23 +242,20 @@ class MaskedDraft:
 
 
 class ReportFullDrafter(DraftModelDrafter):
-    def propose(self, contexts, gamma, params, generator=None):
-        from specbook.protocols import Draft
+    """Broken on purpose: drafts from the reduced-vocabulary model but reports the full model's q."""
+
+    def next_logits(self, feed, real=None):
+        cut = super().next_logits(feed, real)
+        inner = self.model.model
+        full = inner.forward(feed)  # same history: the inner model advanced twice
+        inner.rollback(inner.cache_lengths - feed.shape[1])
+        self._full = full[:, -1] if real is None else full[torch.arange(len(real)), torch.tensor(real) - 1]
+        return cut
+
+    def draw(self, logits, params, generator):
         from specbook.sampling import sample
 
-        feed = self._sync(contexts)
-        tokens, probs = [], []
-        for _ in range(gamma):
-            cut = self.model.forward(feed)[:, -1]
-            full = self.model.model.forward(feed)[:, -1]  # same history: the inner model advanced twice
-            self.model.model.rollback(self.model.model.cache_lengths - feed.shape[1])
-            for cached, f in zip(self._cached, feed.tolist()):
-                cached.extend(f)
-            nxt = sample(logits_to_probs(cut, params), generator)
-            tokens.append(nxt)
-            probs.append(logits_to_probs(full, params))
-            feed = nxt[:, None]
-        return Draft(torch.stack(tokens, 1), torch.stack(probs, 1))
+        return sample(logits_to_probs(logits, params), generator), logits_to_probs(self._full, params)
 
 
 def test_reduced_vocabulary_draft_is_lossless_and_its_twin_is_caught():

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import theory
-from ..protocols import Draft, Drafter
+from ..protocols import Draft, Drafter, SupportsSelectRows
 from ..sampling import SamplingParams
 
 
@@ -162,6 +162,13 @@ class AdaptiveGamma:
                     best, best_speedup = g, s
             g = best
         return max(min(p.min_gamma, ceiling), min(g, ceiling))
+
+    def select_rows(self, rows: list[int]) -> None:
+        """Rows that ended leave the batch: forget their pending proposals, tell the inner drafter."""
+        if self._last is not None:
+            self._last = [self._last[r] for r in rows]
+        if isinstance(self.drafter, SupportsSelectRows):
+            self.drafter.select_rows(rows)
 
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..protocols import Draft, Target
+from ..protocols import Draft, SupportsSelectRows, Target
 from ..sampling import SamplingParams, logits_to_probs, sample
 
 
@@ -34,28 +34,34 @@ class DraftModelDrafter:
         self.passes = 0  # draft-model forward passes, for the cost accounting
         self._cached: list[list[int]] | None = None  # tokens in the draft model's cache, per row
 
-    def _sync(self, contexts: list[torch.Tensor]) -> torch.Tensor:
-        """Bring the draft cache up to ``contexts`` minus what must be fed now; return tokens to feed (B, m)."""
+    def _sync(self, contexts: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
+        """Roll the draft cache back to what still agrees with ``contexts``; return what to feed now.
+
+        Returns (feed (B, m) long, real (B,) list): row b must be fed its last ``real[b]`` context
+        tokens (always at least the last one, whose logits give the first draft).  Rows that need
+        fewer than m are right-padded with their own last token; the padding is rolled back after
+        the forward, so only real tokens stay cached."""
         B = len(contexts)
-        ctx = [c.tolist() for c in contexts]
         if self._cached is None or len(self._cached) != B:
             self.model.reset(B)
             self._cached = [[] for _ in range(B)]
-        # keep what still agrees, but always re-feed at least the last context token (we need its logits)
-        keep = [min(_common_prefix(self._cached[b], ctx[b]), len(ctx[b]) - 1) for b in range(B)]
-        m = max(len(ctx[b]) - keep[b] for b in range(B))  # feed the same number of tokens in every row
-        if any(len(c) < m for c in ctx):
-            # rows are too far out of step to catch up with one equal-width forward: start over
-            # (only happens for batches of very short prompts); rows must then have equal length
-            if len({len(c) for c in ctx}) != 1:
-                raise ValueError("batched draft-model drafting needs prompts longer than the draft length + 2")
-            self.model.reset(B)
-            self._cached = [[] for _ in range(B)]
-            m = len(ctx[0])
-        new_lengths = torch.tensor([len(c) - m for c in ctx], dtype=torch.long)
-        self.model.rollback(new_lengths)
-        self._cached = [ctx[b][: len(ctx[b]) - m] for b in range(B)]
-        return torch.tensor([c[len(c) - m :] for c in ctx], dtype=torch.long)  # (B, m)
+        keep = [min(_common_prefix(self._cached[b], contexts[b]), len(contexts[b]) - 1) for b in range(B)]
+        self.model.rollback(torch.tensor(keep, dtype=torch.long))
+        real = [len(c) - k for c, k in zip(contexts, keep)]
+        m = max(real)
+        feed = [c[k:] + [c[-1]] * (m - r) for c, k, r in zip(contexts, keep, real)]
+        self._cached = [c[:k] for c, k in zip(contexts, keep)]
+        return torch.tensor(feed, dtype=torch.long), real  # (B, m)
+
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows`` (the loop calls this when rows finish)."""
+        if self._cached is None:
+            return
+        if isinstance(self.model, SupportsSelectRows):
+            self.model.select_rows(rows)
+            self._cached = [self._cached[r] for r in rows]
+        else:
+            self._cached = None  # re-synchronise from scratch on the next call
 
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
@@ -63,22 +69,44 @@ class DraftModelDrafter:
         V = self.model.vocab_size
         if gamma == 0:
             return Draft(torch.zeros(B, 0, dtype=torch.long), None if params.greedy else torch.zeros(B, 0, V))
-        feed = self._sync(contexts)  # (B, m)
+        feed, real = self._sync([c.tolist() for c in contexts])  # (B, m)
         tokens, probs = [], []
-        for _ in range(gamma):
-            logits = self.model.forward(feed)[:, -1]  # (B, V)
-            self.passes += 1
-            for cached, fed in zip(self._cached, feed.tolist()):
-                cached.extend(fed)
-            if params.greedy:
-                nxt = logits.argmax(-1)  # (B,)
-            else:
-                q = logits_to_probs(logits, params)  # (B, V) the distribution the draft is sampled from
-                nxt = sample(q, generator)
-                probs.append(q)
+        for step in range(gamma):
+            logits = self.next_logits(feed, real if step == 0 else None)  # (B, V)
+            nxt, q = self.draw(logits, params, generator)
             tokens.append(nxt)
+            if q is not None:
+                probs.append(q)
             feed = nxt[:, None]
         # the last draft was sampled but not fed: the cache holds the context and drafts 1..K-1
         draft_tokens = torch.stack(tokens, dim=1)  # (B, K)
-        draft_probs = None if params.greedy else torch.stack(probs, dim=1)  # (B, K, V)
+        draft_probs = torch.stack(probs, dim=1) if probs else None  # (B, K, V)
         return Draft(draft_tokens, draft_probs)
+
+    def next_logits(self, feed: torch.Tensor, real: list[int] | None = None) -> torch.Tensor:
+        """Feed ``feed`` (B, m) to the draft model; return the logits after each row's last real token (B, V).
+
+        ``real[b]``: how many of row b's fed tokens are real (the rest is padding, rolled back
+        here); None = all of them."""
+        logits = self.model.forward(feed)  # (B, m, V)
+        self.passes += 1
+        rows = feed.tolist()
+        if real is None or min(real) == feed.shape[1]:
+            logits = logits[:, -1]
+        else:
+            last = torch.tensor(real, device=logits.device) - 1  # (B,) each row's last real position
+            logits = logits[torch.arange(len(rows), device=logits.device), last]
+            self.model.rollback(torch.tensor([len(c) + r for c, r in zip(self._cached, real)], dtype=torch.long))
+            rows = [row[:r] for row, r in zip(rows, real)]
+        for cached, fed in zip(self._cached, rows):
+            cached.extend(fed)
+        return logits  # (B, V)
+
+    def draw(self, logits: torch.Tensor, params: SamplingParams,
+             generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One draft token per row from ``logits`` (B, V), and the distribution it was drawn from
+        (None when greedy: a deterministic draft).  The same ``params`` as the target's."""
+        if params.greedy:
+            return logits.argmax(-1), None  # (B,)
+        q = logits_to_probs(logits, params)  # (B, V) the distribution the draft is sampled from
+        return sample(q, generator), q

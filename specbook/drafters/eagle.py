@@ -218,6 +218,11 @@ class EagleDrafter:
     def observe(self, target, kept: list[list[int]]) -> None:
         self.features.observe(target, kept)
 
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows``: their target features and head caches stay."""
+        self.features.select_rows(rows)
+        self._rows = [self._rows[r] for r in rows if r < len(self._rows)]
+
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.model.embed(tokens.to(self.model.embed.weight.device))
 

@@ -71,6 +71,10 @@ class EarlyExitModel:
             return torch.zeros(0, dtype=torch.long)
         return self.cache.lengths
 
+    def select_rows(self, rows: list[int]) -> None:
+        if self.cache is not None:
+            self.cache.select_rows(rows)
+
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None) -> torch.Tensor:
         if parents is not None:
@@ -106,6 +110,11 @@ class LayerSkipDrafter:
         own_length = getattr(target, "max_length", max_length)
         self._own = None if share_cache else DraftModelDrafter(EarlyExitModel(model, exit_layer, own_length))
         self.passes = 0  # early-exit forward passes (each costs about exit_layer / n_layers of a target pass)
+
+    def select_rows(self, rows: list[int]) -> None:
+        """Rows that ended leave the batch: a shared cache is the target's (the loop shrinks it)."""
+        if self._own is not None:
+            self._own.select_rows(rows)
 
     @torch.no_grad()
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,

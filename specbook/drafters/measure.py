@@ -138,21 +138,21 @@ def simulate_greedy(drafter, prompt_ids: list[int], reference: list[int], gamma:
     step) follows from the drafter alone.  Cost in plain-step units: sum_s (K_s c + v(K_s + 1)),
     with ``verify_cost`` = [v(1), v(2), ...].  Used to tune draft-length policies on training
     trajectories (prompt lookup costs nothing to replay).  The run stops after ``max_new_tokens``
-    (default: all of ``reference``); drafts are judged against the whole reference, as the real
-    loop judges its last drafts against tokens it then truncates.
+    (default: all of ``reference``); as in the real loop, no drafts are asked for past that budget.
     """
     stop = len(reference) if max_new_tokens is None else max_new_tokens
     ctx, done, steps, accepted = list(prompt_ids), 0, [], 0
     while done < stop:
-        draft = drafter.propose([torch.tensor(ctx)], gamma, GREEDY).tokens[0].tolist()
+        # like the loop: no drafts past the budget, and nothing past it emitted or counted
+        draft = drafter.propose([torch.tensor(ctx)], min(gamma, stop - done - 1), GREEDY).tokens[0].tolist()
         a = 0
         while a < len(draft) and done + a < len(reference) and draft[a] == reference[done + a]:
             a += 1
-        take = min(a + 1, len(reference) - done)
+        take = min(a + 1, len(reference) - done, stop - done)
         ctx += reference[done:done + take]
         done += take
         steps.append(len(draft))
-        accepted += a
+        accepted += min(a, take)
     cost = sum(k * c + verify_cost[min(k, len(verify_cost) - 1)] for k in steps)
     return {"steps": len(steps), "drafted": sum(steps), "accepted": accepted,
             "tau": done / len(steps), "speedup": stop / cost}

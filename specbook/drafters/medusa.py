@@ -157,6 +157,10 @@ class MedusaDrafter:
     def observe(self, target, kept: list[list[int]]) -> None:
         self.features.observe(target, kept)
 
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows``' target features."""
+        self.features.select_rows(rows)
+
     @torch.no_grad()
     def head_logits(self) -> torch.Tensor:
         """(B, K, Vd) logits of every head at each row's last cached position."""

@@ -117,6 +117,14 @@ class NGramDrafter:
         self._shown[b] = context
         return index
 
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows`` (the loop drops rows that have ended); their indexes stay warm."""
+        keep = [r for r in rows if r < len(self._rows)]
+        self._rows = [self._rows[r] for r in keep]
+        self._shown = [self._shown[r] for r in keep]
+        if self.last_match_lengths:
+            self.last_match_lengths = [self.last_match_lengths[r] for r in keep]
+
     def lookup(self, context: list[int], gamma: int) -> list[int]:
         """Drafts for one history, from a fresh index (for teaching and tests; ``propose`` is incremental)."""
         index = NGramIndex(self.max_ngram, self.min_ngram, self.prefer)

@@ -79,6 +79,12 @@ class TargetFeatures:
             buf[start : start + n] = new
         self._len[b] = start + n
 
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows``, in that order (the decode loop drops rows that have ended)."""
+        self._buf = [self._buf[r] for r in rows]
+        self._len = [self._len[r] for r in rows]
+        self._stable = [self._stable[r] for r in rows]
+
     def take_stable(self) -> list[int]:
         """Per row, how many leading features are unchanged since the previous call (then reset)."""
         out = list(self._stable)

@@ -150,6 +150,15 @@ class KVCache:
                 raise ValueError(f"lengths[{b}]={n} is not in [0, {old}] (rollback cannot grow a row)")
         self._set_lengths(new)
 
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows`` (slot indices, in that order); the others leave the batch."""
+        if not rows or any(not 0 <= r < self.batch_size for r in rows):
+            raise ValueError(f"rows must be a non-empty list of row indices in [0, {self.batch_size}), got {rows}")
+        index = torch.tensor(rows, dtype=torch.long, device=self.device)
+        self.k = self.k.index_select(1, index)
+        self.v = self.v.index_select(1, index)
+        self._set_lengths([self._lengths[r] for r in rows])
+
     def compact(self, starts: list[int], keep: list[list[int]]) -> None:
         """Keep, for each row b, the entries ``starts[b] + keep[b][m]`` moved to ``starts[b] + m``.
 

@@ -173,6 +173,16 @@ class LlamaTarget:
         self._require_cache().rollback(lengths)
         self._last_tree = None
 
+    def select_rows(self, rows: list[int]) -> None:
+        """Keep only batch rows ``rows`` (the decode loop drops rows that have ended)."""
+        self._require_cache().select_rows(rows)
+        if self.last_hidden is not None:
+            index = torch.tensor(rows, dtype=torch.long, device=self.last_hidden.device)
+            self.last_hidden = self.last_hidden.index_select(0, index)
+            if self.last_hidden_layers is not None:
+                self.last_hidden_layers = tuple(h.index_select(0, index) for h in self.last_hidden_layers)
+        self._last_tree = None
+
     def keep(self, indices) -> None:
         """Keep only the accepted path of the last tree forward, packed into place.
 
