@@ -55,7 +55,8 @@ import torch
 from IPython.display import HTML, display
 
 import specbook as sb
-from specbook import plots, theory
+from specbook import theory
+from specbook.teach import plots
 from specbook.bench_engines import SpecbookEngine, get_drafter, verify_cost_curve
 from specbook.bench_workloads import chat_ids, load_prompts, select
 from specbook.models.smollm2 import load_smollm2

@@ -53,7 +53,8 @@ from specbook.drafters.eagle import DynamicTree, EagleDrafter
 from specbook.drafters.medusa import MedusaDrafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.sampling import GREEDY, SamplingParams
-from specbook.tree import draw_tree, from_paths, leaf_paths, tree_mask
+from specbook.teach.plots import draw_tree
+from specbook.tree import from_paths, leaf_paths, tree_mask
 from specbook.verify import verify_greedy
 from specbook.verify_tree import typical_acceptance, verify_tree, verify_tree_greedy
 

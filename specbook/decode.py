@@ -18,19 +18,25 @@ The target's cache always holds every emitted token except the last one (the
 plain decoding and speculation the same loop: plain decoding is the K = 0 case.
 
 Drafters that read the target's internals (Medusa and EAGLE heads read its hidden
-states) may define ``observe(target, kept)``.  The loop calls it after the prefill and
-after every verification, once the cache is final: ``kept[b]`` lists, in order, the
-indices of the last forward's new tokens that stayed in row b's cache, so the drafter
-can read ``target.last_hidden[b, kept[b]]``.  Other drafters simply do not define it.
+states) implement :class:`specbook.protocols.SupportsObserve`.  The loop calls
+``observe(target, kept)`` after the prefill and after every verification, once the cache
+is final: ``kept[b]`` lists, in order, the indices of the last forward's new tokens that
+stayed in row b's cache, so the drafter can read ``target.last_hidden[b, kept[b]]``.
+Every optional capability the loop uses is a Protocol in :mod:`specbook.protocols`.
+
+``on_step``, if given, receives one :class:`DecodeStep` per verification pass: what was
+drafted, what the target said, what was emitted.  The lessons' step-by-step traces
+(:mod:`specbook.teach.trace`) are built on it, so they cannot drift from this loop.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
 
-from .protocols import Draft, Drafter, Target
+from .protocols import CountsPasses, Draft, Drafter, SupportsKeep, SupportsObserve, SupportsPrefill, Target
 from .sampling import SamplingParams, logits_to_probs, sample
 from .verify import verify_chain, verify_greedy
 from .verify_tree import keep_indices, verify_tree, verify_tree_greedy
@@ -106,6 +112,27 @@ class DecodeStats:
                 f"(accepted/verified), tau {self.tau:.3f} tokens/pass")
 
 
+@dataclass(frozen=True)
+class DecodeStep:
+    """One verification pass of :func:`speculative_generate`, handed to its ``on_step`` hook.
+
+    draft:         the drafter's :class:`~specbook.protocols.Draft` (tokens (B, K), probs, parents)
+    target_logits: (B, K+1, V) the target's logits at the pending token and at every draft node
+    target_probs:  (B, K+1, V) the laws the verifier compared against (after SamplingParams),
+                   or None with greedy verification (temperature 0), which reads the logits
+    tokens:        (B, K+1) the emitted tokens, left-aligned; row b's first ``num_emitted[b]`` count
+    num_emitted:   (B,) accepted drafts + 1 (the corrected or bonus token)
+    path:          (B, depth) the accepted root-to-node path of a tree draft (-1 padded); None for a chain
+    """
+
+    draft: Draft
+    target_logits: torch.Tensor
+    target_probs: torch.Tensor | None
+    tokens: torch.Tensor
+    num_emitted: torch.Tensor
+    path: torch.Tensor | None = None
+
+
 @dataclass
 class GenerateResult:
     tokens: torch.Tensor  # (B, T + max_new_tokens) prompt followed by the generated tokens
@@ -137,8 +164,10 @@ def _start(target: Target, prompt: torch.Tensor) -> torch.Tensor:
     """Prefill all prompt tokens but the last; return the pending token (B, 1)."""
     target.reset(prompt.shape[0])
     if prompt.shape[1] > 1:
-        # a target may offer a cheaper prefill that fills the cache without computing logits
-        getattr(target, "prefill", target.forward)(prompt[:, :-1])
+        if isinstance(target, SupportsPrefill):  # fills the cache without computing logits
+            target.prefill(prompt[:, :-1])
+        else:
+            target.forward(prompt[:, :-1])
     return prompt[:, -1:]
 
 
@@ -166,6 +195,53 @@ def generate(
     return GenerateResult(torch.cat([prompt, new], dim=1), new, stats)
 
 
+def _draft_passes(drafter: Drafter) -> int:
+    return int(drafter.passes) if isinstance(drafter, CountsPasses) else 0
+
+
+def _verify_step(target: Target, pending: torch.Tensor, draft: Draft, params: SamplingParams,
+                 generator: torch.Generator | None, stats: DecodeStats) -> tuple[DecodeStep, list[list[int]]]:
+    """One target pass over ``pending`` (B, 1) + the draft, verification, and the cache update.
+
+    Returns what happened (a :class:`DecodeStep`) and ``kept``: per row, the indices of the new
+    tokens that stayed in the cache (for :class:`~specbook.protocols.SupportsObserve`).
+    """
+    K = draft.num_tokens
+    lengths_before = target.cache_lengths  # (B,)
+    draft_tokens = draft.tokens.to(pending.device)  # a drafter may build its tokens on another device
+    fed = torch.cat([pending, draft_tokens], dim=1)  # (B, K+1)
+    target_probs = path = None
+    if draft.parents is None:
+        logits = target.forward(fed)  # (B, K+1, V)
+        if params.greedy:
+            tokens, num_emitted = verify_greedy(logits, draft_tokens)
+        else:
+            target_probs = logits_to_probs(logits, params)  # (B, K+1, V)
+            tokens, num_emitted = verify_chain(target_probs, draft.probs, draft_tokens, generator)
+        # keep the pending token and the accepted drafts; the last emitted token becomes pending
+        target.rollback(lengths_before + num_emitted)
+        kept = [list(range(n)) for n in num_emitted.tolist()]
+        stats.record(K, num_emitted)
+    else:
+        if not isinstance(target, SupportsKeep):
+            raise ValueError(f"the drafter proposed a tree, but the target ({type(target).__name__}) has no "
+                             "keep(indices) (specbook.protocols.SupportsKeep)")
+        # the pending token is the tree's root: node i becomes index i+1, root children hang off it
+        parents = draft.parents.to(pending.device).long()  # (K,)
+        fed_parents = torch.cat([parents.new_full((1,), -1), torch.where(parents < 0, 0, parents + 1)])  # (K+1,)
+        logits = target.forward(fed, parents=fed_parents)  # (B, K+1, V)
+        if params.greedy:
+            tokens, num_emitted, path = verify_tree_greedy(logits, draft_tokens, parents)
+        else:
+            target_probs = logits_to_probs(logits, params)  # (B, K+1, V)
+            tokens, num_emitted, path = verify_tree(target_probs, draft.probs, draft_tokens, parents, generator)
+        # keep the pending token and the accepted path, packed into place
+        kept = keep_indices(path, num_emitted)
+        target.keep(kept)
+        stats.record(K, num_emitted, depth=path.shape[1])
+    return DecodeStep(draft, logits, target_probs, tokens, num_emitted, path), kept
+
+
 def speculative_generate(
     target: Target,
     drafter: Drafter,
@@ -175,6 +251,7 @@ def speculative_generate(
     gamma: int = 4,
     generator: torch.Generator | None = None,
     progress: bool = False,
+    on_step: Callable[[DecodeStep], None] | None = None,
 ) -> GenerateResult:
     """Speculative decoding with any drafter; the output law equals :func:`generate`'s exactly.
 
@@ -186,59 +263,39 @@ def speculative_generate(
     ``forward(tokens, parents)`` and ``keep(indices)``; ``Draft.probs`` row i is the law node i was
     drawn from (None for deterministic candidates such as top-k lists).  Stats then count
     ``proposed`` = tree nodes and ``accepted`` = accepted path length, per row and pass.
+
+    ``on_step``: called with a :class:`DecodeStep` after every verification pass (None: nothing
+    is recorded).  It must not change the target or the drafter.
     """
     _check_common(max_new_tokens, params)
     if not isinstance(gamma, int) or gamma < 0:
         raise ValueError(f"gamma must be an int >= 0, got {gamma!r}")
+    if on_step is not None and not callable(on_step):
+        raise ValueError(f"on_step must be a callable or None, got {type(on_step).__name__}")
     prompt = _check_prompt(prompt, target.vocab_size)
     B = prompt.shape[0]
     stats = DecodeStats()
-    draft_passes_before = int(getattr(drafter, "passes", 0))
+    draft_passes_before = _draft_passes(drafter)
     pending = _start(target, prompt)  # (B, 1)
-    observe = getattr(drafter, "observe", None)
-    if observe is not None:
-        observe(target, [list(range(prompt.shape[1] - 1))] * B)  # the prefilled prompt, pending excluded
+    observes = isinstance(drafter, SupportsObserve)
+    if observes:
+        drafter.observe(target, [list(range(prompt.shape[1] - 1))] * B)  # the prefilled prompt, pending excluded
     emitted: list[list[int]] = [[] for _ in range(B)]
     prompt_rows = prompt.tolist()
     bar = tqdm(total=max_new_tokens, disable=not progress, desc="speculative")
     while min(len(e) for e in emitted) < max_new_tokens:
         contexts = [torch.tensor(prompt_rows[b] + emitted[b], device=prompt.device) for b in range(B)]
         draft: Draft = drafter.propose(contexts, gamma, params, generator)
-        K = draft.num_tokens
-        lengths_before = target.cache_lengths  # (B,)
-        draft_tokens = draft.tokens.to(pending.device)  # a drafter may build its tokens on another device
-        fed = torch.cat([pending, draft_tokens], dim=1)  # (B, K+1)
-        if draft.parents is None:
-            logits = target.forward(fed)  # (B, K+1, V)
-            if params.greedy:
-                tokens, num_emitted = verify_greedy(logits, draft_tokens)
-            else:
-                tokens, num_emitted = verify_chain(logits_to_probs(logits, params), draft.probs, draft_tokens, generator)
-            # keep the pending token and the accepted drafts; the last emitted token becomes pending
-            target.rollback(lengths_before + num_emitted)
-            kept = [list(range(n)) for n in num_emitted.tolist()]
-            stats.record(K, num_emitted)
-        else:
-            # the pending token is the tree's root: node i becomes index i+1, root children hang off it
-            parents = draft.parents.to(pending.device).long()  # (K,)
-            fed_parents = torch.cat([parents.new_full((1,), -1), torch.where(parents < 0, 0, parents + 1)])  # (K+1,)
-            logits = target.forward(fed, parents=fed_parents)  # (B, K+1, V)
-            if params.greedy:
-                tokens, num_emitted, path = verify_tree_greedy(logits, draft_tokens, parents)
-            else:
-                tokens, num_emitted, path = verify_tree(logits_to_probs(logits, params), draft.probs, draft_tokens,
-                                                        parents, generator)
-            # keep the pending token and the accepted path, packed into place
-            kept = keep_indices(path, num_emitted)
-            target.keep(kept)
-            stats.record(K, num_emitted, depth=path.shape[1])
-        if observe is not None:
-            observe(target, kept)
-        stats.draft_passes = int(getattr(drafter, "passes", 0)) - draft_passes_before
+        step, kept = _verify_step(target, pending, draft, params, generator, stats)
+        if observes:
+            drafter.observe(target, kept)
+        stats.draft_passes = _draft_passes(drafter) - draft_passes_before
+        if on_step is not None:
+            on_step(step)
         done = min(len(e) for e in emitted)
-        for row, new, n in zip(emitted, tokens.tolist(), num_emitted.tolist()):
+        for row, new, n in zip(emitted, step.tokens.tolist(), step.num_emitted.tolist()):
             row.extend(new[:n])
-        pending = tokens.gather(1, (num_emitted - 1)[:, None])  # (B, 1)
+        pending = step.tokens.gather(1, (step.num_emitted - 1)[:, None])  # (B, 1)
         bar.update(min(len(e) for e in emitted) - done)
     bar.close()
     new = torch.tensor([e[:max_new_tokens] for e in emitted], dtype=torch.long, device=prompt.device)

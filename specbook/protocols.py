@@ -1,4 +1,4 @@
-"""The two interfaces every model in specbook implements.
+"""The two interfaces every model in specbook implements, and the optional capabilities the loop uses.
 
 Shape legend: B batch, N new tokens in one forward, T sequence, V vocab, K draft length.
 
@@ -12,17 +12,28 @@ per row.  The speculative loop only ever needs four things from it:
   plain chain (ordinary causal attention).  Node ``i`` sits at position
   ``cache_length + depth(i)`` and attends to the cached context plus its ancestors;
 * ``cache_lengths``              (B,) how many tokens each row holds in its cache;
-* ``rollback(lengths)``          keep only the first ``lengths[b]`` cached tokens of row b;
-* ``prefill(tokens)`` (optional)  like ``forward`` but without logits (the prompt's are unused);
-* ``keep(indices)`` (trees only)   directly after a tree forward, keep per row only the new
-  tokens ``indices[b]`` (a root-to-node path, listed root first), packed into place.
+* ``rollback(lengths)``          keep only the first ``lengths[b]`` cached tokens of row b.
+
+Two more a target *may* offer (each its own Protocol below, checked with ``isinstance``):
+
+* ``prefill(tokens)``  (:class:`SupportsPrefill`) like ``forward`` but without logits (the
+  prompt's are unused);
+* ``keep(indices)``    (:class:`SupportsKeep`, needed for tree drafts) directly after a tree
+  forward, keep per row only the new tokens ``indices[b]`` (a root-to-node path, listed root
+  first), packed into place.
 
 A *Drafter* proposes tokens for the target to verify.  It sees the full token
 history of every row (prompt plus everything emitted so far) and keeps whatever
 state it likes (its own cache, an n-gram index), re-synchronising by itself when
-the history it is shown diverges from the one it drafted on.
+the history it is shown diverges from the one it drafted on.  Two optional capabilities:
 
-Both are ``typing.Protocol`` classes: anything with the right methods qualifies.
+* ``observe(target, kept)`` (:class:`SupportsObserve`) for drafters that read the target's
+  hidden states (Medusa, EAGLE): called after the prefill and after every verification;
+* ``passes``               (:class:`CountsPasses`) the drafter's own forward passes so far,
+  which the loop reports as ``DecodeStats.draft_passes``.
+
+All are ``typing.Protocol`` classes: anything with the right methods qualifies.  The loop
+(:mod:`specbook.decode`) asks for nothing that is not declared here.
 """
 from __future__ import annotations
 
@@ -78,3 +89,51 @@ class Drafter(Protocol):
         params: SamplingParams,
         generator: torch.Generator | None = None,
     ) -> Draft: ...
+
+
+# ----------------------------------------------------------------------------- optional capabilities
+
+@runtime_checkable
+class SupportsPrefill(Protocol):
+    """A target that can fill its cache with the prompt without computing logits.
+
+    ``prefill(tokens)`` appends ``tokens`` (B, N) like ``forward`` and returns nothing; the
+    loop uses it for all prompt tokens but the last, whose logits are never read.
+    """
+
+    def prefill(self, tokens: torch.Tensor) -> None: ...
+
+
+@runtime_checkable
+class SupportsKeep(Protocol):
+    """A target that can verify a tree draft (Medusa, EAGLE, SpecInfer-style trees).
+
+    ``keep(indices)`` is called directly after ``forward(tokens, parents)``: row b keeps only
+    the new tokens ``indices[b]`` (a root-to-node path, root first), packed into place, and
+    drops the rest of the tree from its cache.
+    """
+
+    def keep(self, indices: list[list[int]]) -> None: ...
+
+
+@runtime_checkable
+class SupportsObserve(Protocol):
+    """A drafter that reads the target's state (Medusa and EAGLE heads read its hidden states).
+
+    ``observe(target, kept)`` is called after the prefill and after every verification, once
+    the cache is final: ``kept[b]`` lists, in order, the indices of the last forward's new
+    tokens that stayed in row b's cache.
+    """
+
+    def observe(self, target: Target, kept: list[list[int]]) -> None: ...
+
+
+@runtime_checkable
+class CountsPasses(Protocol):
+    """A drafter that counts its own forward passes (``passes``, an int that only grows).
+
+    The loop reports the difference over one generation as ``DecodeStats.draft_passes``, the
+    draft cost of the cost model (Leviathan et al. 2023, Sec. 3.4).
+    """
+
+    passes: int
