@@ -21,10 +21,7 @@ _SUBMODULES = {"trace", "html", "rules", "buggy", "acceptance", "plots", "widget
 
 
 def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'specbook.teach' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | _SUBMODULES)
+    """``specbook.teach.plots`` and the others are imported on first use."""
+    if name not in _SUBMODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return importlib.import_module(f"{__name__}.{name}")

@@ -106,16 +106,9 @@ def step_trace(step: DecodeStep, params: SamplingParams) -> StepTrace:
                      int(step.tokens[0, n - 1]))
 
 
-def trace_speculative(
-    target: Target,
-    drafter: Drafter,
-    prompt,
-    max_new_tokens: int,
-    params: SamplingParams = SamplingParams(),
-    gamma: int = 4,
-    generator: torch.Generator | None = None,
-    token_names: Sequence[str] | None = None,
-) -> Trace:
+def trace_speculative(target: Target, drafter: Drafter, prompt, max_new_tokens: int,
+                      params: SamplingParams = SamplingParams(), gamma: int = 4,
+                      generator: torch.Generator | None = None, token_names: Sequence[str] | None = None) -> Trace:
     """Run :func:`specbook.decode.speculative_generate` on one sequence and record every step.
 
     ``prompt`` is a 1-D token sequence (one row); the other arguments are the loop's.  The
