@@ -8,9 +8,12 @@ import os
 import pytest
 import torch
 
-from specbook import bench
-from specbook.bench_engines import DRAFTERS, RunResult, get_drafter, register_drafter, verify_cost_curve
-from specbook.bench_workloads import CATEGORIES, BenchPrompt, chat_ids, load_prompts, select
+from specbook.bench import cli as bench
+from specbook.bench.engines import RunResult
+from specbook.bench.registry import DRAFTERS, get_drafter, register_drafter
+from specbook.bench.timing import verify_cost_curve
+from specbook.bench.workloads import CATEGORIES, BenchPrompt, load_prompts, select
+from specbook.models.chat import chat_ids
 
 
 # ---------------------------------------------------------------- workloads (no model)
@@ -256,7 +259,7 @@ def test_bench_runs_every_registered_drafter_losslessly(tmp_path, smollm2_fetche
 # ---------------------------------------------------------------- gpu-check
 
 def test_gpu_check_refuses_without_cuda(capsys):
-    from specbook import gpu_check
+    from specbook.bench import gpu_check
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
@@ -268,7 +271,7 @@ def test_gpu_check_refuses_without_cuda(capsys):
 
 @pytest.mark.model
 def test_gpu_check_dry_run_on_cpu(tmp_path, smollm2_fetched, capsys):
-    from specbook import gpu_check
+    from specbook.bench import gpu_check
 
     out = tmp_path / "gpu.json"
     code = gpu_check.main(["--device", "cpu", "--allow-cpu", "--quick", "--json", str(out)])

@@ -28,7 +28,7 @@ from transformers import LlamaForCausalLM
 from specbook.models import (HFTarget, KVCache, LlamaConfig, LlamaTarget, check_same_tokenizer, load_llama,
                              tree_structure)
 from specbook.models.hf import model_from_hf_state_dict
-from specbook.models.llama import Linear
+from specbook.models.linear import Linear
 from specbook.protocols import Target
 
 FLOAT32_TOL = 1e-4  # max |logit difference| vs transformers, float32

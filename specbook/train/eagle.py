@@ -38,6 +38,7 @@ from ..drafters.medusa import WEIGHTS_DIR
 from . import recorded_command
 from .features import FeatureSet, draft_vocabulary, validation_indices
 from .medusa import target_features, to_draft_ids
+from .schedule import warmup_cosine
 
 DEFAULT_NAME = "eagle_smollm2-135m"
 
@@ -49,7 +50,7 @@ class _StackCache:
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
 
-    def update(self, k, v):
+    def update(self, layer, k, v, plan=None):  # the signature the model's Attention calls
         self.k.append(k)
         self.v.append(v)
         return torch.cat(self.k, dim=2), torch.cat(self.v, dim=2)
@@ -148,8 +149,7 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     steps = max(1, math.ceil(epochs * len(seqs) / batch_sequences))
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
     warmup = min(20, steps // 10 + 1)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps)))
+    sched = warmup_cosine(opt, steps, warmup)
     lengths = torch.tensor([int(fs.starts[s + 1] - fs.starts[s]) for s in seqs])
     log = {"steps": steps, "pairs": int((lengths - 2).clamp(min=0).sum()), "loss": [], "validation": []}
     best = (-1.0, None)

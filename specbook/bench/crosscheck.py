@@ -22,13 +22,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .decode import generate, speculative_generate
-from .drafters import DraftModelDrafter, NGramDrafter
-from .models import LlamaTarget
-from .models.llama import LlamaModel
-from .protocols import Draft
-from .sampling import GREEDY, SamplingParams, logits_to_probs
-from .stats import chisquare_gof
+from ..decode import generate, speculative_generate
+from ..drafters import DraftModelDrafter, NGramDrafter
+from ..models import LlamaModel, LlamaTarget
+from ..protocols import Draft
+from ..sampling import GREEDY, SamplingParams, logits_to_probs
+from ..stats import chisquare_gof
 
 TIE_GAP = 1e-4  # SmolLM2's logits are O(10-30); float32 reordering moves them by ~1e-6
 
