@@ -54,12 +54,12 @@ from IPython.display import HTML, display
 
 import specbook as sb
 from specbook import stats, theory
-from specbook.teach import plots
-from specbook.teach.html import trace_html
-from specbook.teach.trace import trace_speculative
 from specbook.decode import generate, speculative_generate
 from specbook.drafters import DraftModelDrafter
 from specbook.sampling import SamplingParams, logits_to_probs
+from specbook.teach import plots
+from specbook.teach.html import trace_html
+from specbook.teach.trace import trace_speculative
 from specbook.toy import make_toy_pair
 from specbook.verify import residual, verify_chain
 

@@ -58,14 +58,14 @@ from IPython.display import HTML, display
 
 import specbook as sb
 from specbook import laws, stats
-from specbook.teach import buggy, plots, rules
 from specbook.decode import speculative_generate
 from specbook.drafters import DraftModelDrafter
 from specbook.naive import NAIVE_RULES
 from specbook.sampling import SamplingParams
+from specbook.teach import buggy, plots, rules
+from specbook.teach.widgets import ProofExplorer
 from specbook.toy import make_toy_pair
 from specbook.verify import residual, verify_token
-from specbook.teach.widgets import ProofExplorer
 
 _started = time.perf_counter()
 torch.set_num_threads(1)  # the toy models are tiny: one thread avoids threading overhead on small tensors

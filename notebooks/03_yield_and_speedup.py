@@ -49,13 +49,13 @@ from IPython.display import HTML, display
 
 import specbook as sb
 from specbook import stats, theory
-from specbook.teach import acceptance, plots
-from specbook.teach.trace import trace_speculative
 from specbook.decode import speculative_generate
 from specbook.drafters import DraftModelDrafter
 from specbook.sampling import SamplingParams
-from specbook.toy import make_toy_pair
+from specbook.teach import acceptance, plots
+from specbook.teach.trace import trace_speculative
 from specbook.teach.widgets import YieldExplorer
+from specbook.toy import make_toy_pair
 
 _started = time.perf_counter()
 torch.set_num_threads(1)  # the toy models are tiny: one thread avoids threading overhead on small tensors
