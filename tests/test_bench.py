@@ -191,6 +191,21 @@ def test_verify_cost_curve_on_a_tiny_model():
     assert target.cache_lengths.tolist() == [20]  # every timed forward was rolled back
     with pytest.raises(ValueError, match="reps"):
         verify_cost_curve(target, [1], reps=0)
+    tree = verify_cost_curve(target, list(range(20)), reps=2, sizes=(1, 4, 8), tree=True)  # heads_eval's curve
+    assert tree["n"] == [1, 4, 8] and tree["v"][0] == 1.0 and target.cache_lengths.tolist() == [20]
+    with pytest.raises(ValueError, match="sizes"):
+        verify_cost_curve(target, [1], sizes=(2, 4))
+
+
+def test_interleaved_medians_rotates_the_order_and_skips_warmup():
+    from specbook.bench.timing import interleaved_medians
+
+    calls = []
+    med = interleaved_medians(["a", "b", "c"], calls.append, reps=2, warmup=1, after=lambda k: calls.append(k.upper()))
+    assert calls == ["a", "A", "b", "B", "c", "C", "b", "B", "c", "C", "a", "A", "c", "C", "a", "A", "b", "B"]
+    assert set(med) == {"a", "b", "c"} and all(t >= 0 for t in med.values())
+    with pytest.raises(ValueError, match="reps"):
+        interleaved_medians(["a"], calls.append, reps=0)
 
 
 # ---------------------------------------------------------------- a real run (SmolLM2, both engines)

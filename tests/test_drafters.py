@@ -531,3 +531,24 @@ def test_sampled_law_equals_target_on_smollm2(real, name):
         check_rejects(f"SmolLM2, {name}", law, observed)
     else:
         check_fit(f"SmolLM2 two-token law, {name} drafter", law, observed)
+
+
+def test_drafters_import_neither_the_benchmark_nor_training():
+    """The layer rule for drafters/: imports inside functions count too."""
+    import ast
+    import pathlib
+
+    import specbook.drafters
+
+    bad = []
+    for path in sorted(pathlib.Path(specbook.drafters.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                name = "." * node.level + (node.module or "")
+            elif isinstance(node, ast.Import):
+                name = ",".join(a.name for a in node.names)
+            else:
+                continue
+            if any(part in name for part in ("..bench", "..train", "specbook.bench", "specbook.train")):
+                bad.append(f"{path.name}: {name}")
+    assert not bad, bad

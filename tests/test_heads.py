@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -332,6 +333,27 @@ def test_eagle_training_lowers_the_loss_is_deterministic_and_round_trips(tmp_pat
     pos = torch.arange(4)[None]
     torch.testing.assert_close(loaded(z, e, pos), head(z, e, pos), atol=3e-2, rtol=3e-2)
     assert meta["note"] == "tiny"
+
+
+def test_warmup_cosine_is_each_trainers_former_schedule():
+    """One schedule module; both joins reproduce the formulas the shipped weights were trained with."""
+    from specbook.train.schedule import warmup_cosine, warmup_cosine_factor
+
+    steps, warm = 37, 5
+    for i in range(steps + 3):  # Medusa and EAGLE: a warm-up ramp times a cosine over all steps
+        old = min(1.0, (i + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps))
+        assert warmup_cosine_factor(i, steps, warm) == old
+    for s in range(steps):  # the distilled draft: the cosine starts where the warm-up ends
+        old = (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
+        assert warmup_cosine_factor(s, steps, warm, cosine_after_warmup=True) == old
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = warmup_cosine(opt, steps, warm)
+    assert opt.param_groups[0]["lr"] == warmup_cosine_factor(0, steps, warm)
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == warmup_cosine_factor(1, steps, warm)
+    with pytest.raises(ValueError, match="warmup"):
+        warmup_cosine(opt, steps, 0)
 
 
 def test_best_choices_is_exact_on_hand_made_ranks():

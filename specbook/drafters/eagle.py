@@ -67,13 +67,13 @@ class EagleConfig:
                    target_vocab_size=c.vocab_size, rms_norm_eps=c.rms_norm_eps, rope_theta=c.rope_theta)
 
 
-class _RowCache:
-    """Keys/values of the head's one layer for one row: committed pairs, then draft nodes.
+class HeadCache:
+    """Keys/values of the head's one layer: committed pairs, then draft nodes (or, in training, unroll steps).
 
     Unlike the target's preallocated :class:`~specbook.models.cache.KVCache` (one length per
-    row of a batch), the head serves one row at a time and grows by concatenation; setting
-    ``length`` back drops the draft nodes.  ``update`` has the target cache's signature, so
-    the model's own :class:`~specbook.models.llama.Attention` writes into it.
+    row of a batch), the head drafts for one row at a time and its cache grows by
+    concatenation; setting ``length`` back drops the draft nodes.  ``update`` has the target
+    cache's signature, so the model's own :class:`~specbook.models.llama.Attention` writes into it.
     """
 
     def __init__(self):
@@ -81,7 +81,7 @@ class _RowCache:
         self.length = 0
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, plan=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append (1, Hkv, N, Dh) keys/values after the first ``length``; return all (1, Hkv, S, Dh)."""
+        """Append (B, Hkv, N, Dh) keys/values after the first ``length``; return all (B, Hkv, S, Dh)."""
         if self.length == 0:
             self.k, self.v = k, v
         else:
@@ -105,7 +105,7 @@ class EagleHead(nn.Module):
         self._inv_freq = rope_inverse_frequencies(config.layer_config())
 
     def forward(self, z: torch.Tensor, next_embeds: torch.Tensor, positions: torch.Tensor,
-                cache: _RowCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+                cache: HeadCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         """z, next_embeds (B, N, D); positions (B, N) long; mask (B|1, N, S) bool over the cached
         and new entries (True = attend), or None: causal among the new ones, no cache.
 
@@ -209,7 +209,7 @@ class EagleDrafter:
     def _sync(self, b: int, context: list[int], stable: int) -> torch.Tensor:
         """Feed row b's new (feature, next token) pairs; return zhat at the last cached position (1, 1, D)."""
         if len(self._rows) <= b:
-            self._rows.append({"cache": _RowCache(), "tokens": []})
+            self._rows.append({"cache": HeadCache(), "tokens": []})
         row = self._rows[b]
         T = len(context)
         agree = 0

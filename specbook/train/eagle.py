@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..drafters.eagle import EagleConfig, EagleHead, save_eagle
+from ..drafters.eagle import EagleConfig, EagleHead, HeadCache, save_eagle
 from ..drafters.medusa import WEIGHTS_DIR
 from . import recorded_command
 from .features import FeatureSet, draft_vocabulary, validation_indices
@@ -41,19 +41,6 @@ from .medusa import target_features, to_draft_ids
 from .schedule import warmup_cosine
 
 DEFAULT_NAME = "eagle_smollm2-135m"
-
-
-class _StackCache:
-    """Keys/values of earlier unroll steps, so step j can attend to them."""
-
-    def __init__(self):
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
-
-    def update(self, layer, k, v, plan=None):  # the signature the model's Attention calls
-        self.k.append(k)
-        self.v.append(v)
-        return torch.cat(self.k, dim=2), torch.cat(self.v, dim=2)
 
 
 def unroll(head: EagleHead, embed, z: torch.Tensor, next_tokens: torch.Tensor, steps: int,
@@ -67,7 +54,7 @@ def unroll(head: EagleHead, embed, z: torch.Tensor, next_tokens: torch.Tensor, s
     B, L, D = z.shape
     if noise:
         z = z + (torch.rand(z.shape, generator=generator, device=z.device) * 2 - 1) * noise
-    cache = _StackCache()
+    cache = HeadCache()  # grows by one step of every branch per unroll step
     t = torch.arange(L, device=z.device)
     causal = t[None, :] <= t[:, None]  # (L, L) true pairs up to t
     out, feed = [], z
