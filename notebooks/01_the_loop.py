@@ -171,9 +171,9 @@ print("this round emits:", " ".join(WORDS[t] for t in emitted), f"({len(emitted)
 # %% [markdown]
 # ## A whole generation, coloured
 #
-# `sb.teach.trace.trace_speculative` runs the same loop as
-# `sb.decode.speculative_generate` (same calls, same order, same random draws)
-# and writes down the verdict on every guess. Green guesses were accepted, red
+# `sb.teach.trace.trace_speculative` runs `sb.decode.speculative_generate`
+# itself, listening on its `on_step` hook (so: same calls, same order, same
+# random draws), and writes down the verdict on every guess. Green guesses were accepted, red
 # was the first rejection, grey ones came after it and were never checked,
 # orange is the corrected token drawn from the residual, blue is the bonus
 # token. Hover over a guess for its p(x), q(x) and acceptance probability.
