@@ -53,10 +53,13 @@ import torch
 from IPython.display import HTML, display
 
 import specbook as sb
-from specbook import lessons, plots, stats, theory
+from specbook import stats, theory
 from specbook.decode import generate, speculative_generate
 from specbook.drafters import DraftModelDrafter
 from specbook.sampling import SamplingParams, logits_to_probs
+from specbook.teach import plots
+from specbook.teach.html import trace_html
+from specbook.teach.trace import trace_speculative
 from specbook.toy import make_toy_pair
 from specbook.verify import residual, verify_chain
 
@@ -168,17 +171,17 @@ print("this round emits:", " ".join(WORDS[t] for t in emitted), f"({len(emitted)
 # %% [markdown]
 # ## A whole generation, coloured
 #
-# `sb.lessons.trace_speculative` runs the same loop as
-# `sb.decode.speculative_generate` (same calls, same order, same random draws)
-# and writes down the verdict on every guess. Green guesses were accepted, red
+# `sb.teach.trace.trace_speculative` runs `sb.decode.speculative_generate`
+# itself, listening on its `on_step` hook (so: same calls, same order, same
+# random draws), and writes down the verdict on every guess. Green guesses were accepted, red
 # was the first rejection, grey ones came after it and were never checked,
 # orange is the corrected token drawn from the residual, blue is the bonus
 # token. Hover over a guess for its p(x), q(x) and acceptance probability.
 
 # %%
-trace = lessons.trace_speculative(target, DraftModelDrafter(draft_model), [0], LONG_RUN, params, gamma=GAMMA,
-                                  generator=torch.Generator().manual_seed(SEED), token_names=WORDS)
-display(HTML(lessons.trace_html(trace, max_steps=10)))
+trace = trace_speculative(target, DraftModelDrafter(draft_model), [0], LONG_RUN, params, gamma=GAMMA,
+                          generator=torch.Generator().manual_seed(SEED), token_names=WORDS)
+display(HTML(trace_html(trace, max_steps=10)))
 
 # %%
 reference = speculative_generate(target, DraftModelDrafter(draft_model), torch.tensor([0]), LONG_RUN, params,

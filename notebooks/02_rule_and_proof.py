@@ -57,14 +57,15 @@ from hypothesis import strategies as st
 from IPython.display import HTML, display
 
 import specbook as sb
-from specbook import laws, lessons, plots, stats
+from specbook import laws, stats
 from specbook.decode import speculative_generate
 from specbook.drafters import DraftModelDrafter
 from specbook.naive import NAIVE_RULES
 from specbook.sampling import SamplingParams
+from specbook.teach import buggy, plots, rules
+from specbook.teach.widgets import ProofExplorer
 from specbook.toy import make_toy_pair
 from specbook.verify import residual, verify_token
-from specbook.widgets import ProofExplorer
 
 _started = time.perf_counter()
 torch.set_num_threads(1)  # the toy models are tiny: one thread avoids threading overhead on small tensors
@@ -73,12 +74,12 @@ WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "."]
 # %% [markdown]
 # ## One position of a toy pair
 #
-# `sb.lessons.position_setup` picks one context of a toy target/draft pair and
+# `sb.teach.rules.position_setup` picks one context of a toy target/draft pair and
 # returns p and q there. The draft here is poor on purpose (only 30% of it
 # imitates the target) so that mistakes in a rule are large enough to see.
 
 # %%
-setup = lessons.position_setup(match=0.3, temperature=1.0, seed=2)
+setup = rules.position_setup(match=0.3, temperature=1.0, seed=2)
 p, q = setup.target_probs, setup.draft_probs
 display(HTML("<table><tr><th>token</th>" + "".join(f"<th>{w}</th>" for w in WORDS) + "</tr>"
              + "<tr><td>p</td>" + "".join(f"<td>{v:.3f}</td>" for v in p) + "</tr>"
@@ -283,8 +284,8 @@ print(f"all three identities hold exactly on {len(checked)} random and edge-case
 
 # %%
 results = {}
-for i, (name, r) in enumerate(lessons.RULES.items()):
-    if name == lessons.TARGET_ONLY:
+for i, (name, r) in enumerate(rules.RULES.items()):
+    if name == rules.TARGET_ONLY:
         continue  # at temperature 1 this bug is invisible; it gets its own section
     drawn = r.sample(setup, N_DRAWS, torch.Generator().manual_seed(SEED + i))
     counts = stats.counts_of(drawn, len(p))
@@ -298,8 +299,8 @@ for name, v in results.items():
     print(f"{name:35s} X² = {v['gof'].statistic:9.1f}  dof = {v['gof'].dof}  power = {v['power']:.3f}")
 
 # %%
-plots.plot_emission(p, results[lessons.CORRECT]["counts"], results[lessons.CORRECT]["law"], token_names=WORDS,
-                    title=f"modified rejection sampling: p = {results[lessons.CORRECT]['gof'].pvalue:.3f}")
+plots.plot_emission(p, results[rules.CORRECT]["counts"], results[rules.CORRECT]["law"], token_names=WORDS,
+                    title=f"modified rejection sampling: p = {results[rules.CORRECT]['gof'].pvalue:.3f}")
 
 # %%
 worst = NAIVE_RULES[0].name
@@ -321,8 +322,8 @@ plots.plot_emission(p, results[worst]["counts"], results[worst]["law"], token_na
 
 # %%
 T_BUG = 0.6
-setup_hot = lessons.position_setup(match=0.3, temperature=T_BUG, seed=2)
-bug = lessons.rule(lessons.TARGET_ONLY)
+setup_hot = rules.position_setup(match=0.3, temperature=T_BUG, seed=2)
+bug = rules.rule(rules.TARGET_ONLY)
 bug_law = bug.law(setup_hot)
 bug_tv = 0.5 * float((bug_law - setup_hot.target_probs).abs().sum())
 bias_at_1 = float((bug.law(setup) - setup.target_probs).abs().max())
@@ -330,10 +331,10 @@ print(f"temperature {T_BUG}: total variation of the buggy law from p = {bug_tv:.
 bug_counts = stats.counts_of(bug.sample(setup_hot, N_DRAWS, torch.Generator().manual_seed(SEED + 10)), len(p))
 bug_gof = stats.chisquare_gof(bug_counts, setup_hot.target_probs.numpy())
 plots.plot_emission(setup_hot.target_probs, bug_counts, bug_law, token_names=WORDS,
-                    title=f"{lessons.TARGET_ONLY} (T = {T_BUG}): p = {bug_gof.pvalue:.2g}")
+                    title=f"{rules.TARGET_ONLY} (T = {T_BUG}): p = {bug_gof.pvalue:.2g}")
 
 # %% [markdown]
-# The same bug in a whole decoding loop. `sb.lessons.MismatchedDraftProbs` is a
+# The same bug in a whole decoding loop. `sb.teach.buggy.MismatchedDraftProbs` is a
 # drafter that samples with the sampling parameters but reports the unprocessed
 # q to the verifier. Generate two words after "the" in many rows, with it and
 # with the correct `DraftModelDrafter`, and compare each against the target's
@@ -347,7 +348,7 @@ seq_law = target.sequence_law([0], 2, hot)
 outcomes = sorted(seq_law)
 index = {o: i for i, o in enumerate(outcomes)}
 seq_tests = {}
-for name, drafter in [("correct", DraftModelDrafter(draft_model)), ("buggy", lessons.MismatchedDraftProbs(draft_model))]:
+for name, drafter in [("correct", DraftModelDrafter(draft_model)), ("buggy", buggy.MismatchedDraftProbs(draft_model))]:
     out = speculative_generate(target, drafter, torch.zeros(N_SEQUENCES, 1, dtype=torch.long), 2, hot, gamma=4,
                                generator=torch.Generator().manual_seed(SEED + 20))
     counts = [0] * len(outcomes)
@@ -410,7 +411,7 @@ assert bias_at_1 < 1e-12 and bug_tv > 0.05
 assert bug_gof.pvalue < 1e-6
 assert seq_tests["correct"].pvalue > LEVEL and seq_tests["buggy"].pvalue < 1e-6
 # 5. The explorer: with q = p the two rules built on min(1, p/q) are exact; "accept w.p. p(x)" is still biased.
-assert at_identity["tv"][lessons.CORRECT] == 0 and at_identity["tv"]["min(1,p/q), resample from p"] < 1e-12
+assert at_identity["tv"][rules.CORRECT] == 0 and at_identity["tv"]["min(1,p/q), resample from p"] < 1e-12
 assert at_identity["tv"]["accept w.p. p(x), else sample p"] > 0.01
-assert not explorer.values()["rejected"][lessons.CORRECT]
+assert not explorer.values()["rejected"][rules.CORRECT]
 print(f"all lesson-2 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")

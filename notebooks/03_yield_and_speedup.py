@@ -48,12 +48,14 @@ import torch
 from IPython.display import HTML, display
 
 import specbook as sb
-from specbook import lessons, plots, stats, theory
+from specbook import stats, theory
 from specbook.decode import speculative_generate
 from specbook.drafters import DraftModelDrafter
 from specbook.sampling import SamplingParams
+from specbook.teach import acceptance, plots
+from specbook.teach.trace import trace_speculative
+from specbook.teach.widgets import YieldExplorer
 from specbook.toy import make_toy_pair
-from specbook.widgets import YieldExplorer
 
 _started = time.perf_counter()
 torch.set_num_threads(1)  # the toy models are tiny: one thread avoids threading overhead on small tensors
@@ -82,7 +84,7 @@ def table_html(row_labels, col_labels, cells, corner=""):
 # at α^(γ−1) and, at high α, the formula would miss almost a whole token.
 #
 # Below, the same number three ways: as the geometric sum (a toy written
-# here), as the mean of the exact distribution of k (`sb.lessons.accepted_count_law`,
+# here), as the mean of the exact distribution of k (`sb.teach.acceptance.accepted_count_law`,
 # in fractions), and as `sb.theory.expected_tokens`.
 
 # %%
@@ -92,7 +94,7 @@ def yield_by_sum(alpha, gamma):
 
 for alpha in (F(1, 2), F(7, 10), F(9, 10)):
     for gamma in (1, 4, 10):
-        law = lessons.accepted_count_law(alpha, gamma)
+        law = acceptance.accepted_count_law(alpha, gamma)
         assert sum(law) == 1
         mean_plus_one = sum((k + 1) * pk for k, pk in enumerate(law))
         assert mean_plus_one == yield_by_sum(alpha, gamma) == (1 - alpha ** (gamma + 1)) / (1 - alpha)
@@ -213,7 +215,7 @@ explorer.alpha.value, explorer.c.value = 0.8, 0.05
 #
 # The formula rests on one assumption: every guess survives with the same α,
 # independently. We can build a pair where that is exactly true.
-# `sb.lessons.constant_acceptance_pair` makes a target whose every
+# `sb.teach.acceptance.constant_acceptance_pair` makes a target whose every
 # next-token distribution lives on half the vocabulary, and a draft
 # q = α p + (1 − α) o with o on the other half. Then Σ min(p, q) = α in every
 # context, so every checked guess survives with probability exactly α.
@@ -227,7 +229,7 @@ explorer.alpha.value, explorer.c.value = 0.8, 0.05
 
 # %%
 ALPHA_TRUE = 0.7
-const_target, const_draft = lessons.constant_acceptance_pair(vocab_size=8, alpha=ALPHA_TRUE, seed=SEED)
+const_target, const_draft = acceptance.constant_acceptance_pair(vocab_size=8, alpha=ALPHA_TRUE, seed=SEED)
 prompts = torch.randint(0, 8, (ROWS, 1), generator=torch.Generator().manual_seed(SEED))
 
 
@@ -243,10 +245,10 @@ def measure(target, draft, temperature=1.0, seed=SEED):
 const_stats, const_alpha = measure(const_target, const_draft)
 rounds = len(const_stats.accepted_per_step)
 k_counts = stats.counts_of(const_stats.accepted_per_step, GAMMA + 1)
-fit_true = stats.chisquare_gof(k_counts, lessons.accepted_count_law(ALPHA_TRUE, GAMMA))
-fit_wrong = stats.chisquare_gof(k_counts, lessons.accepted_count_law(0.75, GAMMA))
-power_wrong = stats.chisquare_power(lessons.accepted_count_law(ALPHA_TRUE, GAMMA),
-                                    lessons.accepted_count_law(0.75, GAMMA), rounds, alpha=LEVEL)
+fit_true = stats.chisquare_gof(k_counts, acceptance.accepted_count_law(ALPHA_TRUE, GAMMA))
+fit_wrong = stats.chisquare_gof(k_counts, acceptance.accepted_count_law(0.75, GAMMA))
+power_wrong = stats.chisquare_power(acceptance.accepted_count_law(ALPHA_TRUE, GAMMA),
+                                    acceptance.accepted_count_law(0.75, GAMMA), rounds, alpha=LEVEL)
 print(f"{rounds} rounds; measured α = {const_alpha:.4f} (true {ALPHA_TRUE})")
 print(f"tokens per pass: measured {const_stats.tau:.4f}, formula {theory.expected_tokens(ALPHA_TRUE, GAMMA):.4f}")
 print(f"accepted per round vs truncated geometric(α=0.7): p = {fit_true.pvalue:.3f};"
@@ -256,7 +258,7 @@ print("acceptance by depth in the draft:", [round(a, 3) for a in const_stats.pos
 # %% [markdown]
 # Now the blend pair of lessons 1 and 2 (70% target, 30% unrelated). There α
 # is *not* the same everywhere: each context has its own overlap
-# Σ_z min(p(z|s), q(z|s)), computable exactly (`sb.lessons.overlap`). The
+# Σ_z min(p(z|s), q(z|s)), computable exactly (`sb.teach.acceptance.overlap`). The
 # formula, fed the measured average α, is then an approximation. How good?
 
 # %%
@@ -276,10 +278,10 @@ print("acceptance by depth in the draft:", [round(a, 3) for a in blend_stats.pos
 
 # %%
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "and", "."]
-long_trace = lessons.trace_speculative(blend_target, DraftModelDrafter(blend_draft), [0], TRACE_TOKENS,
-                                       SamplingParams(), gamma=GAMMA, generator=torch.Generator().manual_seed(SEED))
-verified, accepted = lessons.acceptance_by_previous_token(long_trace)
-exact_by_context = lessons.overlap(blend_target, blend_draft).numpy()
+long_trace = trace_speculative(blend_target, DraftModelDrafter(blend_draft), [0], TRACE_TOKENS,
+                               SamplingParams(), gamma=GAMMA, generator=torch.Generator().manual_seed(SEED))
+verified, accepted = acceptance.acceptance_by_previous_token(long_trace)
+exact_by_context = acceptance.overlap(blend_target, blend_draft).numpy()
 measured_by_context = np.array(accepted) / np.maximum(verified, 1)
 stderr = np.sqrt(exact_by_context * (1 - exact_by_context) / np.maximum(verified, 1))
 fig = plots.new_figure(6.4, 3.2)
@@ -317,7 +319,7 @@ bands = []
 for t in TEMPERATURES:
     sweep["constant pair"].append(measure(const_target, const_draft, temperature=t, seed=SEED + 1)[1])
     sweep["blend pair"].append(measure(blend_target, blend_draft, temperature=t, seed=SEED + 1)[1])
-    ov = lessons.overlap(const_target, const_draft, SamplingParams(temperature=t))
+    ov = acceptance.overlap(const_target, const_draft, SamplingParams(temperature=t))
     bands.append((float(ov.min()), float(ov.max())))
 fig = plots.plot_curves(TEMPERATURES, sweep, "temperature", "measured α",
                         title="Acceptance against temperature")

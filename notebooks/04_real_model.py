@@ -55,11 +55,15 @@ import torch
 from IPython.display import HTML, display
 
 import specbook as sb
-from specbook import plots, theory
-from specbook.bench_engines import SpecbookEngine, get_drafter, verify_cost_curve
-from specbook.bench_workloads import chat_ids, load_prompts, select
+from specbook import theory
+from specbook.bench.engines import SpecbookEngine
+from specbook.bench.registry import get_drafter
+from specbook.bench.timing import verify_cost_curve
+from specbook.bench.workloads import load_prompts, select
+from specbook.models.chat import chat_ids
 from specbook.models.smollm2 import load_smollm2
 from specbook.sampling import GREEDY
+from specbook.teach import plots
 
 _started = time.perf_counter()
 
@@ -259,14 +263,14 @@ fig
 #   specbook.train.distill`; the weights ship with specbook). One step costs about
 #   a tenth of a target step.
 #
-# `specbook.drafters.measure` decodes each prompt plainly and then
+# `specbook.bench.measure` decodes each prompt plainly and then
 # speculatively, timing every draft call and every target pass, and turns the
 # logs into α (accepted / tested drafts), c (seconds per draft pass over seconds
 # per plain step) and the speedup lesson 3 predicts from α, c and your v(n),
 # next to the realized one.
 
 # %%
-from specbook.drafters.measure import measure_prompt, predict
+from specbook.bench.measure import measure_prompt, predict
 
 SIDE_BY_SIDE = ["ngram", "layerskip", "draft"]
 side_drafters = {name: get_drafter(name).make(model, tokenizer, gamma=GAMMA, device="cpu", dtype=torch.float32,

@@ -53,7 +53,8 @@ from specbook.drafters.eagle import DynamicTree, EagleDrafter
 from specbook.drafters.medusa import MedusaDrafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.sampling import GREEDY, SamplingParams
-from specbook.tree import draw_tree, from_paths, leaf_paths, tree_mask
+from specbook.teach.plots import draw_tree
+from specbook.tree import from_paths, leaf_paths, tree_mask
 from specbook.verify import verify_greedy
 from specbook.verify_tree import typical_acceptance, verify_tree, verify_tree_greedy
 
@@ -150,7 +151,7 @@ print("== the longest result of verifying each path separately:", best_chain)
 # %%
 from specbook.train.eagle import chain_acceptance, train_eagle
 from specbook.train.features import draft_vocabulary, features_from_ids, validation_indices
-from specbook.train.medusa import best_choices, expected_tokens, head_ranks, train_medusa
+from specbook.train.medusa import best_choices, head_ranks, tokens_per_pass, train_medusa
 
 g = torch.Generator().manual_seed(SEED)
 prompt_ids = [torch.randint(1, cfg.vocab_size, (6,), generator=g).tolist() for _ in range(16 if FAST else 48)]
@@ -172,8 +173,8 @@ ranks = head_ranks(medusa_heads, tiny, data, fit, top_s=4)
 medusa_tree = best_choices(ranks, 8, top_s=4)
 print("Medusa top-1 accuracy per head:", [round(float((ranks[:, k] == 0).float().mean()), 2) for k in range(3)])
 print("best 8-node tree from the measured ranks:", medusa_tree)
-print("predicted tokens/pass: chain of 3", round(expected_tokens(ranks, None, 3), 2),
-      " tree", round(expected_tokens(ranks, medusa_tree), 2))
+print("predicted tokens/pass: chain of 3", round(tokens_per_pass(ranks, None, 3), 2),
+      " tree", round(tokens_per_pass(ranks, medusa_tree), 2))
 survival = chain_acceptance(eagle_head, tiny, data, fit, gamma=3)
 print("EAGLE: share of positions whose chain survives 0..3 drafts:", [round(float(x), 2) for x in survival])
 
@@ -186,7 +187,8 @@ print("EAGLE: share of positions whose chain survives 0..3 drafts:", [round(floa
 
 # %%
 if USE_SMOLLM2:
-    from specbook.train.heads_data import chat_ids, training_mix
+    from specbook.models.chat import chat_ids
+    from specbook.train.heads_data import training_mix
 
     model, tokenizer = sb.models.load_smollm2()
     real_target = LlamaTarget(model, max_length=1024)

@@ -3,7 +3,7 @@
     python scripts/make_figures.py [--out DIR]
 
 Everything is seeded, so running it again gives the same images (for a given
-matplotlib version).  The figures come from :mod:`specbook.plots`, the same
+matplotlib version).  The figures come from :mod:`specbook.teach.plots`, the same
 functions the notebooks call.
 """
 from __future__ import annotations
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import torch
 
-from specbook import lessons, plots
 from specbook.drafters import DraftModelDrafter
 from specbook.naive import NAIVE_RULES
+from specbook.teach import plots, rules
+from specbook.teach.trace import trace_speculative
 from specbook.toy import make_toy_pair
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,8 +27,8 @@ WORKED_CASES = [(0.8, 0.05), (0.8, 0.15), (0.5, 0.15), (0.4, 0.30)]
 def lesson1():
     """A speculative generation on the toy pair, each guess coloured by its fate."""
     target, draft = make_toy_pair(vocab_size=8, order=1, match=0.7, seed=0)
-    trace = lessons.trace_speculative(target, DraftModelDrafter(draft), [0], 40, gamma=4,
-                                      generator=torch.Generator().manual_seed(0), token_names=WORDS)
+    trace = trace_speculative(target, DraftModelDrafter(draft), [0], 40, gamma=4,
+                              generator=torch.Generator().manual_seed(0), token_names=WORDS)
     fig = plots.plot_trace(trace, max_steps=10)
     fig.suptitle("Lesson 1: draft γ = 4, verify once, keep the survivors", fontsize=11)
     return fig
@@ -35,7 +36,7 @@ def lesson1():
 
 def lesson2():
     """What each naive rule emits against the target p, and the bias it leaves."""
-    setup = lessons.position_setup(match=0.3, temperature=1.0, seed=2)
+    setup = rules.position_setup(match=0.3, temperature=1.0, seed=2)
     laws = {r.name: r.law(setup.target_probs, setup.draft_probs) for r in NAIVE_RULES}
     fig = plots.new_figure(8.0, 6.0)
     top, bottom = fig.subplots(2, 1)

@@ -14,10 +14,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specbook import bench
-from specbook.bench_engines import register_drafter
-from specbook.drafters.eagle import DynamicTree, make_eagle
-from specbook.drafters.medusa import make_medusa
+from specbook.bench import cli as bench
+from specbook.bench.registry import make_eagle, make_medusa, register_drafter
+from specbook.drafters.eagle import DynamicTree
 
 EAGLE_SIZES = "2:2:2,2:2:3,2:3:3,2:3:4,3:2:3,3:2:4,3:3:4,3:2:5,4:2:5,3:3:6,4:3:8,5:4:12,6:4:16,6:4:24,7:6:40,8:8:64"
 MEDUSA_SIZES = "4,8,16,24,64"

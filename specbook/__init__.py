@@ -4,7 +4,8 @@
     sb.theory.expected_tokens(0.8, 4)        # 3.3616
     sb.verify.verify_chain(target_probs, draft_probs, draft_tokens, generator)
 
-Submodules are imported on first use, so ``import specbook`` stays fast.
+Submodules are imported on first use, so ``import specbook`` stays fast.  The layers and
+where each idea lives: docs/architecture.md.
 """
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ import importlib
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "sampling", "verify", "laws", "naive", "theory", "stats", "toy", "tree", "decode", "protocols",
-    "drafters", "models", "grading", "widgets", "plots", "lessons", "bench", "verify_tree", "train",
+    # layer 0, the core
+    "sampling", "protocols", "verify", "verify_tree", "tree", "decode", "laws", "tree_laws", "naive", "theory",
+    "stats", "toy",
+    # layers 1 to 3 (packages)
+    "models", "drafters", "grading", "train", "teach", "bench",
 }
 
 

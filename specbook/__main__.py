@@ -15,7 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("gpu-check", help="cross-checks and core benchmark figures on a CUDA machine", add_help=False)
     args, rest = parser.parse_known_args(argv)
     if args.command == "tour":
-        from .tour import main as tour_main
+        from .teach.tour import main as tour_main
 
         tour_main(fast=args.fast)
     elif args.command == "fetch-model":
@@ -23,11 +23,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return fetch_main(rest) or 0
     elif args.command == "bench":
-        from .bench import main as bench_main
+        from .bench.cli import main as bench_main
 
         return bench_main(rest) or 0
     elif args.command == "gpu-check":
-        from .gpu_check import main as gpu_main
+        from .bench.gpu_check import main as gpu_main
 
         return gpu_main(rest) or 0
     return 0

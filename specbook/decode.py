@@ -18,10 +18,15 @@ The target's cache always holds every emitted token except the last one (the
 plain decoding and speculation the same loop: plain decoding is the K = 0 case.
 
 Drafters that read the target's internals (Medusa and EAGLE heads read its hidden
-states) may define ``observe(target, kept)``.  The loop calls it after the prefill and
-after every verification, once the cache is final: ``kept[b]`` lists, in order, the
-indices of the last forward's new tokens that stayed in row b's cache, so the drafter
-can read ``target.last_hidden[b, kept[b]]``.  Other drafters simply do not define it.
+states) implement :class:`specbook.protocols.SupportsObserve`.  The loop calls
+``observe(target, kept)`` after the prefill and after every verification, once the cache
+is final: ``kept[b]`` lists, in order, the indices of the last forward's new tokens that
+stayed in row b's cache, so the drafter can read ``target.last_hidden[b, kept[b]]``.
+Every optional capability the loop uses is a Protocol in :mod:`specbook.protocols`.
+
+``on_step``, if given, receives one :class:`DecodeStep` per verification pass: what was
+drafted, what the target said, what was emitted.  The lessons' step-by-step traces
+(:mod:`specbook.teach.trace`) are built on it, so they cannot drift from this loop.
 
 Rows are independent: prompts may have different lengths (one padded prefill, then each row
 rolled back to its own length), each row stops at its own budget or end token, and a row that
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 from tqdm.auto import tqdm
@@ -120,6 +126,32 @@ class DecodeStats:
         return (f"target passes {self.target_passes}, draft passes {self.draft_passes}, "
                 f"alpha {self.alpha:.3f} (accepted/proposed), acceptance rate {self.acceptance_rate:.3f} "
                 f"(accepted/verified), tau {self.tau:.3f} tokens/pass")
+
+
+@dataclass(frozen=True)
+class DecodeStep:
+    """One verification pass of :func:`speculative_generate`, handed to its ``on_step`` hook.
+
+    rows:          the original row index (in the prompt) of each batch slot; rows that have
+                   ended are no longer in the batch
+    draft:         the drafter's :class:`~specbook.protocols.Draft` (tokens (B, K), probs, parents)
+    target_logits: (B, K+1, V) the target's logits at the pending token and at every draft node
+    target_probs:  (B, K+1, V) the laws the verifier compared against (after SamplingParams),
+                   or None with greedy verification (temperature 0), which reads the logits
+    tokens:        (B, K+1) the verified tokens, left-aligned; row b's first ``num_emitted[b]`` count
+    num_emitted:   (B,) accepted drafts + 1 (the corrected or bonus token)
+    kept:          (B,) how many of those the row kept: fewer when it reached its budget or an end token
+    path:          (B, depth) the accepted root-to-node path of a tree draft (-1 padded); None for a chain
+    """
+
+    rows: tuple[int, ...]
+    draft: Draft
+    target_logits: torch.Tensor
+    target_probs: torch.Tensor | None
+    tokens: torch.Tensor
+    num_emitted: torch.Tensor
+    kept: torch.Tensor
+    path: torch.Tensor | None = None
 
 
 @dataclass
@@ -308,6 +340,7 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     progress: bool = False,
     eos_token_id: int | Sequence[int] | None = None,
+    on_step: Callable[[DecodeStep], None] | None = None,
 ) -> GenerateResult:
     """Speculative decoding with any drafter; the output law equals :func:`generate`'s exactly.
 
@@ -322,9 +355,14 @@ def speculative_generate(
     ``forward(tokens, parents)`` and ``keep(indices)``; ``Draft.probs`` row i is the law node i was
     drawn from (None for deterministic candidates such as top-k lists).  Stats then count
     ``proposed`` = tree nodes and ``accepted`` = accepted path length, per row and pass.
+
+    ``on_step``: called with a :class:`DecodeStep` after every verification pass (None: nothing
+    is recorded).  It must not change the target or the drafter.
     """
     prompts, eos = _check_common(target, prompt, max_new_tokens, params, eos_token_id)
     check_gamma(gamma)
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"on_step must be a callable or None, got {type(on_step).__name__}")
     device = _prompt_device(prompt)
     rows = _Rows(prompts, max_new_tokens, eos)
     stats = DecodeStats()
@@ -341,13 +379,17 @@ def speculative_generate(
         draft = drafter.propose(rows.contexts(device), min(gamma, rows.room() - 1), params, generator)
         check_draft(draft, drafter, B, V)
         K = draft.num_tokens
-        tokens, num_emitted, kept, depth = _verify_step(target, draft, pending, params, generator)
+        logits, probs, tokens, num_emitted, kept, path = _verify_step(target, draft, pending, params, generator)
         if isinstance(drafter, SupportsObserve):
             drafter.observe(target, kept)
         if isinstance(drafter, CountsPasses):
             stats.draft_passes = drafter.passes - passes_before
+        slots = tuple(rows.live)
         counts, ended = rows.extend(tokens.tolist(), num_emitted.tolist())
-        stats.record(K, num_emitted, depth=depth, kept=torch.tensor(counts, dtype=torch.long))
+        counts = torch.tensor(counts, dtype=torch.long)
+        stats.record(K, num_emitted, depth=None if path is None else path.shape[1], kept=counts)
+        if on_step is not None:
+            on_step(DecodeStep(slots, draft, logits, probs, tokens, num_emitted, counts, path))
         pending = tokens.gather(1, (num_emitted - 1)[:, None]).to(device)  # (B, 1)
         if ended:
             _drop_rows(target, drafter, rows, ended, device)
@@ -361,7 +403,8 @@ def _verify_step(target: Target, draft: Draft, pending: torch.Tensor, params: Sa
                  generator: torch.Generator | None):
     """One target pass over ``[pending] + draft``, verification, and the cache cut back to what was kept.
 
-    Returns (tokens (B, K+1), num_emitted (B,), kept indices per row, tree depth or None)."""
+    Returns (target logits (B, K+1, V), target probs or None when greedy, tokens (B, K+1),
+    num_emitted (B,), kept cache indices per row, accepted tree path or None)."""
     B, K, V = pending.shape[0], draft.num_tokens, target.vocab_size
     lengths_before = target.cache_lengths  # (B,)
     limit = getattr(target, "max_length", None)
@@ -375,27 +418,29 @@ def _verify_step(target: Target, draft: Draft, pending: torch.Tensor, params: Sa
         logits = target.forward(fed)  # (B, K+1, V)
         check_target_logits(logits, target, (B, K + 1, V))
         draft_tokens = draft_tokens.to(logits.device)
+        probs = None if params.greedy else logits_to_probs(logits, params)  # (B, K+1, V)
         if params.greedy:
             tokens, num_emitted = verify_greedy(logits, draft_tokens)
         else:
-            tokens, num_emitted = verify_chain(logits_to_probs(logits, params), draft.probs, draft_tokens, generator)
+            tokens, num_emitted = verify_chain(probs, draft.probs, draft_tokens, generator)
         # keep the pending token and the accepted drafts; the last emitted token becomes pending
         target.rollback(lengths_before + num_emitted.to(lengths_before.device))
-        return tokens, num_emitted, [list(range(n)) for n in num_emitted.tolist()], None
+        return logits, probs, tokens, num_emitted, [list(range(n)) for n in num_emitted.tolist()], None
     if not isinstance(target, SupportsKeep):
-        raise TypeError(f"{type(target).__name__} cannot verify a tree draft: it has no keep(indices) method")
+        raise ValueError(f"the drafter proposed a tree, but the target ({type(target).__name__}) has no "
+                         "keep(indices) (specbook.protocols.SupportsKeep)")
     # the pending token is the tree's root: node i becomes index i+1, root children hang off it
     parents = draft.parents.to(pending.device).long()  # (K,)
     fed_parents = torch.cat([parents.new_full((1,), -1), torch.where(parents < 0, 0, parents + 1)])  # (K+1,)
     logits = target.forward(fed, parents=fed_parents)  # (B, K+1, V)
     check_target_logits(logits, target, (B, K + 1, V))
     draft_tokens = draft_tokens.to(logits.device)
+    probs = None if params.greedy else logits_to_probs(logits, params)  # (B, K+1, V)
     if params.greedy:
         tokens, num_emitted, path = verify_tree_greedy(logits, draft_tokens, parents.to(logits.device))
     else:
-        tokens, num_emitted, path = verify_tree(logits_to_probs(logits, params), draft.probs, draft_tokens,
-                                                parents.to(logits.device), generator)
+        tokens, num_emitted, path = verify_tree(probs, draft.probs, draft_tokens, parents.to(logits.device), generator)
     # keep the pending token and the accepted path, packed into place
     kept = keep_indices(path, num_emitted)
     target.keep(kept)
-    return tokens, num_emitted, kept, path.shape[1]
+    return logits, probs, tokens, num_emitted, kept, path

@@ -24,7 +24,8 @@ import torch
 Number = float | Fraction
 
 
-def _as_list(probs) -> list:
+def as_list(probs) -> list:
+    """A probability vector as a plain list: a 1-D tensor in float64, a sequence (of Fractions) as is."""
     if isinstance(probs, torch.Tensor):
         if probs.ndim != 1:
             raise ValueError(f"expected a 1-D probability vector, got shape {tuple(probs.shape)}")
@@ -32,14 +33,15 @@ def _as_list(probs) -> list:
     return list(probs)
 
 
-def _like(values: list, template):
+def like(values: list, template):
     """Return ``values`` as a float64 tensor when ``template`` is a tensor, else as a list."""
     if isinstance(template, torch.Tensor):
         return torch.tensor(values, dtype=torch.float64)
     return values
 
 
-def _zero(x: Number) -> Number:
+def zero(x: Number) -> Number:
+    """The zero of ``x``'s number type (0.0 for floats, Fraction(0) for Fractions)."""
     return x * 0
 
 
@@ -52,33 +54,33 @@ def accept_prob(p_x: Number, q_x: Number) -> Number:
 
 def residual_list(p: list, q: list) -> list:
     """max(0, p - q) normalised; p itself when the residual has no mass (as in verify.residual)."""
-    diff = [max(pi - qi, _zero(pi)) for pi, qi in zip(p, q)]
+    diff = [max(pi - qi, zero(pi)) for pi, qi in zip(p, q)]
     mass = sum(diff)
     return [d / mass for d in diff] if mass > 0 else list(p)
 
 
 def conditional_emission_law(target_probs, draft_probs, draft_token: int):
     """P(emit z | the draft token is x) for the single-position rule: (V,)."""
-    p, q = _as_list(target_probs), _as_list(draft_probs)
+    p, q = as_list(target_probs), as_list(draft_probs)
     a = accept_prob(p[draft_token], q[draft_token])
     r = residual_list(p, q)
     law = [(1 - a) * rz for rz in r]
     law[draft_token] += a
-    return _like(law, target_probs)
+    return like(law, target_probs)
 
 
 def emission_law(target_probs, draft_probs):
     """P(emit z) when x ~ q and the modified rejection sampler runs: (V,).  Equals p."""
-    p, q = _as_list(target_probs), _as_list(draft_probs)
+    p, q = as_list(target_probs), as_list(draft_probs)
     if len(p) != len(q):
         raise ValueError(f"target_probs has {len(p)} entries but draft_probs has {len(q)}")
-    law = [_zero(pi) for pi in p]
+    law = [zero(pi) for pi in p]
     for x, qx in enumerate(q):
         if qx == 0:
             continue
         cond = conditional_emission_law(p, q, x)
         law = [l + qx * c for l, c in zip(law, cond)]
-    return _like(law, target_probs)
+    return like(law, target_probs)
 
 
 def _rows(probs) -> list[list]:
@@ -139,7 +141,7 @@ def block_law(target_probs, draft_probs=None, draft_tokens: Sequence[int] | None
     # residual max(0, p - q) (= P(reject) * normalised residual) or, at m = K, the bonus law p_{K+1}.
     support = [[v for v in range(V) if min(p[i][v], q[i][v]) > 0] for i in range(K)]
     for m in range(K + 1):
-        tail = p[K] if m == K else [max(pv - qv, _zero(pv)) for pv, qv in zip(p[m], q[m])]
+        tail = p[K] if m == K else [max(pv - qv, zero(pv)) for pv, qv in zip(p[m], q[m])]
         if m < K and sum(tail) == 0:
             continue
         for prefix in product(*support[:m]):
@@ -150,13 +152,6 @@ def block_law(target_probs, draft_probs=None, draft_tokens: Sequence[int] | None
                 if tz > 0:
                     law[prefix + (z,)] = w * tz
     return law
-
-
-def law_vector(law: dict, outcomes: Sequence | None = None) -> tuple[list, list]:
-    """Fix an order of outcomes: returns (outcomes, probabilities); unseen outcomes get 0."""
-    if outcomes is None:
-        outcomes = sorted(law, key=lambda o: (len(o), o) if isinstance(o, tuple) else (0, o))
-    return list(outcomes), [law.get(o, 0) for o in outcomes]
 
 
 def to_fractions(probs: Sequence[float], denominator: int = 1000) -> list[Fraction]:

@@ -16,7 +16,7 @@ from typing import Callable
 
 import torch
 
-from .laws import _as_list, _like, _zero, accept_prob, residual_list
+from .laws import accept_prob, as_list, like, residual_list, zero
 from .sampling import sample
 from .verify import residual
 
@@ -35,9 +35,9 @@ def accept_p_then_p(target_probs, draft_probs, draft_token: int, generator=None)
 
 
 def accept_p_then_p_law(target_probs, draft_probs):
-    p, q = _as_list(target_probs), _as_list(draft_probs)
+    p, q = as_list(target_probs), as_list(draft_probs)
     reject = 1 - sum(qi * pi for qi, pi in zip(q, p))
-    return _like([qi * pi + reject * pi for qi, pi in zip(q, p)], target_probs)
+    return like([qi * pi + reject * pi for qi, pi in zip(q, p)], target_probs)
 
 
 # --- rule 2: the right acceptance test, but resample from p instead of the residual ------------
@@ -50,10 +50,10 @@ def resample_from_p(target_probs, draft_probs, draft_token: int, generator=None)
 
 
 def resample_from_p_law(target_probs, draft_probs):
-    p, q = _as_list(target_probs), _as_list(draft_probs)
+    p, q = as_list(target_probs), as_list(draft_probs)
     overlap = [min(pi, qi) for pi, qi in zip(p, q)]
     reject = 1 - sum(overlap)
-    return _like([o + reject * pi for o, pi in zip(overlap, p)], target_probs)
+    return like([o + reject * pi for o, pi in zip(overlap, p)], target_probs)
 
 
 # --- rule 3: accept iff p(x) >= q(x), deterministic; residual on rejection ---------------------
@@ -66,10 +66,10 @@ def accept_if_target_prefers(target_probs, draft_probs, draft_token: int, genera
 
 
 def accept_if_target_prefers_law(target_probs, draft_probs):
-    p, q = _as_list(target_probs), _as_list(draft_probs)
+    p, q = as_list(target_probs), as_list(draft_probs)
     reject = sum(qi for pi, qi in zip(p, q) if pi < qi)
     r = residual_list(p, q)
-    return _like([(qi if pi >= qi else _zero(pi)) + reject * ri for pi, qi, ri in zip(p, q, r)], target_probs)
+    return like([(qi if pi >= qi else zero(pi)) + reject * ri for pi, qi, ri in zip(p, q, r)], target_probs)
 
 
 @dataclass(frozen=True)

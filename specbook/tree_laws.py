@@ -33,21 +33,13 @@ from typing import Callable, Sequence
 
 import torch
 
-from .laws import Number, accept_prob, residual_list
+from .laws import Number, accept_prob, as_list, residual_list
 from .tree import check_parents, children
 
 __all__ = ["tree_block_law", "tree_model_law", "typical_block_law", "extend_law", "autoregressive_law",
            "total_variation"]
 
 Law = dict[tuple[int, ...], Number]
-
-
-def _row(x) -> list:
-    if isinstance(x, torch.Tensor):
-        if x.ndim != 1:
-            raise ValueError(f"expected a probability vector (V,), got shape {tuple(x.shape)}")
-        return x.to(torch.float64).tolist()
-    return list(x)
 
 
 def _rows(x, name: str) -> list[list]:
@@ -156,8 +148,8 @@ def tree_model_law(target_fn: Callable, parents, draft_fn: Callable, determinist
             return ("fixed", int(draft_fn(block, node)), None)
     else:
         def draft_of(node, block):
-            return ("sampled", _row(draft_fn(block, node)))
-    return _tree_law(kids, lambda slot, block: _row(target_fn(block)), draft_of)
+            return ("sampled", as_list(draft_fn(block, node)))
+    return _tree_law(kids, lambda slot, block: as_list(target_fn(block)), draft_of)
 
 
 def typical_block_law(target_probs, draft_tokens: Sequence[int], parents, epsilon: float = 0.09,
@@ -226,7 +218,7 @@ def extend_law(law: Law, target_fn: Callable, length: int) -> Law:
     while frontier:
         grown: Law = {}
         for seq, w in frontier.items():
-            for z, pz in enumerate(_row(target_fn(seq))):
+            for z, pz in enumerate(as_list(target_fn(seq))):
                 if pz > 0:
                     grown[seq + (z,)] = grown.get(seq + (z,), 0) + w * pz
         frontier = {}

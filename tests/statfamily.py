@@ -6,9 +6,10 @@ probability that a correct implementation fails any of them is at most
 FAMILY_ALPHA (union bound), provided no more than FAMILY_BUDGET such tests exist;
 ``conftest.py`` counts them and fails the session if the budget is exceeded.
 
-Broken twins are tested at the same level and must be *rejected*; their power
-is reported by ``python -m specbook.power_report`` style calculations in the tests
-themselves (each twin's p-value is typically below 1e-30).
+Broken twins are tested at the same level and must be *rejected* (each twin's
+p-value is typically below 1e-30); ``python scripts/power_report.py --seeds 20``
+reports each twin's detection rate over many seeds and its noncentral-chi-square
+power at this level.
 """
 from __future__ import annotations
 

@@ -8,9 +8,12 @@ import os
 import pytest
 import torch
 
-from specbook import bench
-from specbook.bench_engines import DRAFTERS, RunResult, get_drafter, register_drafter, verify_cost_curve
-from specbook.bench_workloads import CATEGORIES, BenchPrompt, chat_ids, load_prompts, select
+from specbook.bench import cli as bench
+from specbook.bench.engines import RunResult
+from specbook.bench.registry import DRAFTERS, get_drafter, register_drafter
+from specbook.bench.timing import verify_cost_curve
+from specbook.bench.workloads import CATEGORIES, BenchPrompt, load_prompts, select
+from specbook.models.chat import chat_ids
 
 
 # ---------------------------------------------------------------- workloads (no model)
@@ -188,6 +191,21 @@ def test_verify_cost_curve_on_a_tiny_model():
     assert target.cache_lengths.tolist() == [20]  # every timed forward was rolled back
     with pytest.raises(ValueError, match="reps"):
         verify_cost_curve(target, [1], reps=0)
+    tree = verify_cost_curve(target, list(range(20)), reps=2, sizes=(1, 4, 8), tree=True)  # heads_eval's curve
+    assert tree["n"] == [1, 4, 8] and tree["v"][0] == 1.0 and target.cache_lengths.tolist() == [20]
+    with pytest.raises(ValueError, match="sizes"):
+        verify_cost_curve(target, [1], sizes=(2, 4))
+
+
+def test_interleaved_medians_rotates_the_order_and_skips_warmup():
+    from specbook.bench.timing import interleaved_medians
+
+    calls = []
+    med = interleaved_medians(["a", "b", "c"], calls.append, reps=2, warmup=1, after=lambda k: calls.append(k.upper()))
+    assert calls == ["a", "A", "b", "B", "c", "C", "b", "B", "c", "C", "a", "A", "c", "C", "a", "A", "b", "B"]
+    assert set(med) == {"a", "b", "c"} and all(t >= 0 for t in med.values())
+    with pytest.raises(ValueError, match="reps"):
+        interleaved_medians(["a"], calls.append, reps=0)
 
 
 # ---------------------------------------------------------------- a real run (SmolLM2, both engines)
@@ -256,7 +274,7 @@ def test_bench_runs_every_registered_drafter_losslessly(tmp_path, smollm2_fetche
 # ---------------------------------------------------------------- gpu-check
 
 def test_gpu_check_refuses_without_cuda(capsys):
-    from specbook import gpu_check
+    from specbook.bench import gpu_check
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
@@ -268,7 +286,7 @@ def test_gpu_check_refuses_without_cuda(capsys):
 
 @pytest.mark.model
 def test_gpu_check_dry_run_on_cpu(tmp_path, smollm2_fetched, capsys):
-    from specbook import gpu_check
+    from specbook.bench import gpu_check
 
     out = tmp_path / "gpu.json"
     code = gpu_check.main(["--device", "cpu", "--allow-cpu", "--quick", "--json", str(out)])

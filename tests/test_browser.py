@@ -76,7 +76,7 @@ def lab(tmp_path_factory):
     require_browser_tools()
     # Import the library (torch and all) while JupyterLab starts: the tests
     # compute the expected tables and plots in this process.
-    warm = threading.Thread(target=__import__, args=("specbook.widgets",), daemon=True)
+    warm = threading.Thread(target=__import__, args=("specbook.teach.widgets",), daemon=True)
     warm.start()
     server = start_lab(tmp_path_factory.mktemp("jupyterlab"), NOTEBOOKS)
     try:
@@ -135,7 +135,7 @@ def yield_table_from_theory(alpha: float, gamma: int, c: float, v: float) -> dic
 @functools.lru_cache(maxsize=None)
 def library_yield_plot(alpha: float, gamma: int, c: float, v: float) -> str:
     """SHA-256 of the PNG that specbook's YieldExplorer draws for these inputs, rendered here."""
-    from specbook.widgets import YieldExplorer
+    from specbook.teach.widgets import YieldExplorer
 
     return hashlib.sha256(YieldExplorer(alpha=alpha, gamma=gamma, c=c, v=v).plot.value).hexdigest()
 
@@ -236,7 +236,7 @@ def library_proof_explorer(match: float, temperature: float, sample_size: int, r
     """(rows, plot sha256) that specbook's ProofExplorer computes for these controls, here."""
     import html
 
-    from specbook.widgets import ProofExplorer
+    from specbook.teach.widgets import ProofExplorer
 
     ex = ProofExplorer(match=match, temperature=temperature, sample_size=sample_size, rule=rule, seed=seed)
     rows = {}

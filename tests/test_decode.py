@@ -2,9 +2,9 @@
 import pytest
 import torch
 
-from specbook.decode import generate, speculative_generate
+from specbook.decode import DecodeStep, generate, speculative_generate
 from specbook.drafters import DraftModelDrafter, NGramDrafter
-from specbook.protocols import Draft
+from specbook.protocols import CountsPasses, Draft, SupportsKeep, SupportsObserve, SupportsPrefill
 from specbook.sampling import GREEDY, SamplingParams, logits_to_probs, sample
 from specbook.toy import make_toy_pair
 from statfamily import check_fit, check_rejects
@@ -125,3 +125,83 @@ def test_bad_arguments():
         generate(target, [1], 0)
     with pytest.raises(ValueError, match="min_ngram"):
         NGramDrafter(max_ngram=1, min_ngram=2)
+
+
+# ----------------------------------------------------------------------------- the per-step hook
+
+@pytest.mark.parametrize("params", [SamplingParams(), GREEDY], ids=["t1", "greedy"])
+def test_on_step_sees_every_pass_and_changes_nothing(params):
+    target, draft = make_toy_pair(6, 1, match=0.6, seed=3)
+    prompts = torch.tensor([[1, 2], [3, 0]])
+    steps: list[DecodeStep] = []
+    hooked = speculative_generate(target, DraftModelDrafter(draft), prompts, 30, params, 3,
+                                  torch.Generator().manual_seed(4), on_step=steps.append)
+    plain = speculative_generate(target, DraftModelDrafter(draft), prompts, 30, params, 3,
+                                 torch.Generator().manual_seed(4))
+    assert torch.equal(hooked.tokens, plain.tokens) and hooked.stats == plain.stats
+    assert len(steps) == hooked.stats.target_passes
+    rows: list[list[int]] = [[], []]
+    for step in steps:
+        assert step.path is None and step.target_logits.shape == (2, step.draft.num_tokens + 1, 6)
+        if params.greedy:
+            assert step.target_probs is None
+        else:
+            assert torch.equal(step.target_probs, logits_to_probs(step.target_logits, params))
+        for row, new, n in zip(rows, step.tokens.tolist(), step.num_emitted.tolist()):
+            row.extend(new[:n])
+    assert [r[:30] for r in rows] == hooked.new_tokens.tolist()
+    with pytest.raises(ValueError, match="on_step"):
+        speculative_generate(target, DraftModelDrafter(draft), prompts, 5, params, on_step="print")
+
+
+class FixedTreeDrafter:
+    """Always proposes the same deterministic tree: two root children, one grandchild under the first."""
+
+    def propose(self, contexts, gamma, params, generator=None):
+        return Draft(torch.tensor([[0, 1, 2]] * len(contexts)), None, torch.tensor([-1, -1, 0]))
+
+
+class ChainOnlyTarget:
+    """A target that declares the four required methods and nothing else (no keep, no prefill)."""
+
+    def __init__(self, model):
+        self.model, self.vocab_size = model, model.vocab_size
+
+    def reset(self, batch_size):
+        self.model.reset(batch_size)
+
+    def forward(self, tokens, parents=None):
+        return self.model.forward(tokens, parents)
+
+    @property
+    def cache_lengths(self):
+        return self.model.cache_lengths
+
+    def rollback(self, lengths):
+        self.model.rollback(lengths)
+
+
+def test_on_step_reports_the_tree_path_and_a_tree_needs_keep():
+    target, _ = make_toy_pair(4, 1, match=0.6, seed=1)
+    steps: list[DecodeStep] = []
+    speculative_generate(target, FixedTreeDrafter(), [0, 1], 10, SamplingParams(), generator=torch.Generator().manual_seed(0),
+                         on_step=steps.append)
+    assert steps and all(s.path is not None and s.path.shape[0] == 1 for s in steps)
+    with pytest.raises(ValueError, match="keep"):
+        speculative_generate(ChainOnlyTarget(target), FixedTreeDrafter(), [0, 1], 5)
+
+
+def test_optional_capabilities_are_declared_protocols():
+    target, draft = make_toy_pair(5, 1, match=0.7, seed=2)
+    assert isinstance(target, SupportsKeep) and not isinstance(ChainOnlyTarget(target), SupportsKeep)
+    assert not isinstance(ChainOnlyTarget(target), SupportsPrefill)
+    assert isinstance(DraftModelDrafter(draft), CountsPasses) and not isinstance(FixedTreeDrafter(), CountsPasses)
+    assert not isinstance(DraftModelDrafter(draft), SupportsObserve)
+    # a minimal target and a drafter that counts nothing still decode, the same tokens as the toy itself
+    gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
+    bare = speculative_generate(ChainOnlyTarget(target), NGramDrafter(), [0, 1, 0, 1], 20, SamplingParams(), 3, gen())
+    full = speculative_generate(target, NGramDrafter(), [0, 1, 0, 1], 20, SamplingParams(), 3, gen())
+    assert torch.equal(bare.tokens, full.tokens)
+    r = speculative_generate(target, FixedTreeDrafter(), [0], 5, GREEDY)
+    assert r.stats.draft_passes == 0
+

@@ -172,7 +172,7 @@ def test_adaptive_greedy_equals_autoregressive_on_toys(kind):
 
 def test_shadow_drafting_stops_on_failing_lookups_and_resumes_on_copies():
     """Prompt lookup costs nothing, so its full proposal is scored even when not verified (gamma 0)."""
-    from specbook.drafters.measure import simulate_greedy
+    from specbook.bench.measure import simulate_greedy
 
     policy = GammaPolicy(min_gamma=0, verify_cost=(1.0, 1.1, 1.2, 1.8, 1.9))
     with pytest.raises(ValueError, match="shadow"):
@@ -187,7 +187,7 @@ def test_shadow_drafting_stops_on_failing_lookups_and_resumes_on_copies():
 
 
 def test_simulated_greedy_run_matches_the_real_loop():
-    from specbook.drafters.measure import simulate_greedy
+    from specbook.bench.measure import simulate_greedy
 
     target, _ = make_toy_pair(6, 2, match=0.7, seed=4)
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
@@ -396,7 +396,7 @@ N_SAMPLES = 200
 @pytest.fixture(scope="module")
 def real():
     from specbook.models.smollm2 import load_smollm2
-    from specbook.train.data import chat_ids
+    from specbook.models.chat import chat_ids
 
     model, tokenizer = load_smollm2()
     target = LlamaTarget(model, max_length=160)
@@ -498,7 +498,7 @@ def test_prompt_lookup_equals_transformers_prompt_lookup(real):
 def test_sampled_law_equals_target_on_smollm2(real, name):
     """The real-model law check of ``specbook.crosscheck`` (exact joint law of the first two tokens)
     with each drafter of this file; top-k 3 keeps the support at 9 pairs, so 200 rows suffice."""
-    from specbook.crosscheck import GreedyDraftSoftmaxReported, SharedPrefixTarget, joint_law
+    from specbook.bench.crosscheck import GreedyDraftSoftmaxReported, SharedPrefixTarget, joint_law
     from specbook.drafters.small_model import load_draft
 
     model, tokenizer, _, _, _ = real
@@ -528,3 +528,24 @@ def test_sampled_law_equals_target_on_smollm2(real, name):
         check_rejects(f"SmolLM2, {name}", law, observed)
     else:
         check_fit(f"SmolLM2 two-token law, {name} drafter", law, observed)
+
+
+def test_drafters_import_neither_the_benchmark_nor_training():
+    """The layer rule for drafters/: imports inside functions count too."""
+    import ast
+    import pathlib
+
+    import specbook.drafters
+
+    bad = []
+    for path in sorted(pathlib.Path(specbook.drafters.__file__).parent.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                name = "." * node.level + (node.module or "")
+            elif isinstance(node, ast.Import):
+                name = ",".join(a.name for a in node.names)
+            else:
+                continue
+            if any(part in name for part in ("..bench", "..train", "specbook.bench", "specbook.train")):
+                bad.append(f"{path.name}: {name}")
+    assert not bad, bad

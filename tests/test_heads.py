@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -39,8 +40,9 @@ from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.sampling import GREEDY, SamplingParams
 from specbook.train.eagle import chain_acceptance, train_eagle, unroll
 from specbook.train.features import features_from_ids, validation_indices
-from specbook.train.heads_data import Prompt, all_prompts, is_heldout, overlaps, training_mix
-from specbook.train.medusa import best_choices, expected_tokens, head_ranks, train_medusa
+from specbook.train.heads_data import all_prompts, overlaps, training_mix
+from specbook.train.prompts import Prompt, is_heldout
+from specbook.train.medusa import best_choices, head_ranks, tokens_per_pass, train_medusa
 from statfamily import check_fit, check_rejects
 
 MIN_MARGIN = 1e-3
@@ -333,6 +335,27 @@ def test_eagle_training_lowers_the_loss_is_deterministic_and_round_trips(tmp_pat
     assert meta["note"] == "tiny"
 
 
+def test_warmup_cosine_is_each_trainers_former_schedule():
+    """One schedule module; both joins reproduce the formulas the shipped weights were trained with."""
+    from specbook.train.schedule import warmup_cosine, warmup_cosine_factor
+
+    steps, warm = 37, 5
+    for i in range(steps + 3):  # Medusa and EAGLE: a warm-up ramp times a cosine over all steps
+        old = min(1.0, (i + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps))
+        assert warmup_cosine_factor(i, steps, warm) == old
+    for s in range(steps):  # the distilled draft: the cosine starts where the warm-up ends
+        old = (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, steps - warm)))
+        assert warmup_cosine_factor(s, steps, warm, cosine_after_warmup=True) == old
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    sched = warmup_cosine(opt, steps, warm)
+    assert opt.param_groups[0]["lr"] == warmup_cosine_factor(0, steps, warm)
+    opt.step()
+    sched.step()
+    assert opt.param_groups[0]["lr"] == warmup_cosine_factor(1, steps, warm)
+    with pytest.raises(ValueError, match="warmup"):
+        warmup_cosine(opt, steps, 0)
+
+
 def test_best_choices_is_exact_on_hand_made_ranks():
     # 10 positions; ranks of the right token under heads 0 and 1 (3 = not in the top 3)
     ranks = torch.tensor([[0, 0]] * 4 + [[0, 1]] * 2 + [[1, 0]] * 2 + [[2, 3]] + [[3, 0]])
@@ -342,14 +365,14 @@ def test_best_choices_is_exact_on_hand_made_ranks():
     tree = best_choices(ranks, 5, top_s=3)
     assert tree == [[0], [0, 0], [0, 1], [1], [1, 0]]
     # two drafts accepted at the 8 positions whose ranks are a path of the tree, none at the other 2
-    assert expected_tokens(ranks, tree) == pytest.approx(1 + (4 * 2 + 2 * 2 + 2 * 2) / 10)
-    assert expected_tokens(ranks, None, chain=2) == pytest.approx(1 + (4 * 2 + 2 * 1) / 10)
+    assert tokens_per_pass(ranks, tree) == pytest.approx(1 + (4 * 2 + 2 * 2 + 2 * 2) / 10)
+    assert tokens_per_pass(ranks, None, chain=2) == pytest.approx(1 + (4 * 2 + 2 * 1) / 10)
     with pytest.raises(ValueError):
         best_choices(torch.tensor([1, 2]), 3)
 
 
 def test_training_prompts_are_disjoint_from_the_benchmark_and_the_split_is_stable():
-    from specbook.bench_workloads import load_prompts
+    from specbook.bench.workloads import load_prompts
 
     bench = [p.prompt for p in load_prompts()]
     assert overlaps(bench) == []
@@ -413,7 +436,7 @@ def _check_equal(model, prompt, ref, out, label):
 
 @pytest.mark.model
 def test_smollm2_greedy_tree_decoding_with_medusa_and_eagle_equals_autoregressive(smollm2):
-    from specbook.train.heads_data import chat_ids
+    from specbook.models.chat import chat_ids
 
     model, tokenizer = smollm2
     medusa, mmeta = load_medusa()
@@ -468,7 +491,7 @@ def test_shipped_heads_record_their_exact_training_prompts():
 def test_shipped_prompt_sets_share_nothing_with_the_benchmark(smollm2):
     """The prompts the shipped heads were trained on (decoded from the prompt sets) share no
     60-character stretch with any benchmark prompt."""
-    from specbook.bench_workloads import load_prompts
+    from specbook.bench.workloads import load_prompts
 
     _, tokenizer = smollm2
     bench = [p.prompt for p in load_prompts()]

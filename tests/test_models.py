@@ -28,7 +28,7 @@ from transformers import LlamaForCausalLM
 from specbook.models import (HFTarget, KVCache, LlamaConfig, LlamaTarget, check_same_tokenizer, load_llama,
                              tree_structure)
 from specbook.models.hf import model_from_hf_state_dict
-from specbook.models.llama import Linear
+from specbook.models.linear import Linear
 from specbook.protocols import Target
 
 FLOAT32_TOL = 1e-4  # max |logit difference| vs transformers, float32
@@ -297,6 +297,31 @@ def test_load_llama_from_directory(tmp_path):
     assert tokenizer is None
     assert torch.equal(model(tokens), ours(tokens))
     assert model.lm_head.weight is model.embed.weight
+
+
+def test_load_llama_reads_the_shards_its_index_names(tmp_path):
+    """A sharded checkpoint is what model.safetensors.index.json lists, not every *.safetensors in the folder."""
+    from safetensors.torch import load_file, save_file
+
+    hf, ours = tiny_pair(tie_word_embeddings=True)
+    hf.save_pretrained(tmp_path)
+    state = load_file(str(tmp_path / "model.safetensors"))
+    (tmp_path / "model.safetensors").unlink()
+    names = sorted(state)
+    shards = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    for file, keys in shards.items():
+        save_file({k: state[k] for k in keys}, str(tmp_path / file))
+    index = {"metadata": {}, "weight_map": {k: f for f, keys in shards.items() for k in keys}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    # a stray file that a glob would also read (and that would overwrite a real tensor)
+    save_file({names[0]: torch.zeros_like(state[names[0]])}, str(tmp_path / "old-copy.safetensors"))
+    model, _ = load_llama(tmp_path)
+    tokens = rand_tokens(torch.Generator().manual_seed(8), 1, 9)
+    assert torch.equal(model(tokens), ours(tokens))
+    (tmp_path / "model-00002-of-00002.safetensors").unlink()
+    with pytest.raises(FileNotFoundError, match="shards"):
+        load_llama(tmp_path)
 
 
 def test_loader_errors(tmp_path, monkeypatch):

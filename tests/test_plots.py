@@ -1,4 +1,4 @@
-"""specbook.plots: each figure draws the library's numbers, refuses bad input, renders to PNG;
+"""specbook.teach.plots: each figure draws the library's numbers, refuses bad input, renders to PNG;
 scripts/make_figures.py writes one picture per lesson."""
 import runpy
 import sys
@@ -11,9 +11,12 @@ from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from specbook import lessons, plots, theory
+from specbook import theory
 from specbook.drafters import DraftModelDrafter
+from specbook.teach import plots, rules
+from specbook.teach.trace import trace_speculative
 from specbook.toy import make_toy_pair
+from specbook.tree import attention_mask, from_paths
 
 REPO = Path(__file__).resolve().parents[1]
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -66,8 +69,8 @@ def test_plot_break_even_draws_break_even_cost():
 
 
 def test_plot_laws_and_bias_bars_are_the_laws():
-    setup = lessons.position_setup()
-    laws = {name: r.law(setup) for name, r in lessons.RULES.items()}
+    setup = rules.position_setup()
+    laws = {name: r.law(setup) for name, r in rules.RULES.items()}
     heights = bar_heights(plots.plot_laws(setup.target_probs, laws).axes[0])
     V, k = len(setup.target_probs), len(laws) + 1
     np.testing.assert_allclose(heights[:V], setup.target_probs)
@@ -95,8 +98,8 @@ def test_plot_emission_shows_frequencies():
 
 def test_plot_trace_colours_every_token():
     target, draft = make_toy_pair(8, 1, match=0.7, seed=0)
-    trace = lessons.trace_speculative(target, DraftModelDrafter(draft), [0], 40, gamma=4,
-                                      generator=torch.Generator().manual_seed(1))
+    trace = trace_speculative(target, DraftModelDrafter(draft), [0], 40, gamma=4,
+                              generator=torch.Generator().manual_seed(1))
     fig = plots.plot_trace(trace, token_names="abcdefgh", max_steps=6)
     ax = fig.axes[0]
     boxes = [p for p in ax.patches if isinstance(p, Rectangle)]
@@ -132,3 +135,16 @@ def test_make_figures_writes_one_png_per_lesson(tmp_path, monkeypatch):
     for name in written:
         assert (tmp_path / name).read_bytes().startswith(PNG)
         assert (REPO / "docs" / "figures" / name).exists(), f"docs/figures/{name} is not committed"
+
+
+def test_draw_tree_shows_tree_and_mask():
+    tree = from_paths([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
+    fig = plots.draw_tree(tree.parents, tokens=["the", "a", "cat", "dog", "big", "sat"], context_length=2,
+                          accepted=[0, 2, 5])
+    assert isinstance(fig, Figure) and len(fig.axes) == 2
+    shown = fig.axes[1].images[0].get_array()
+    assert (shown == attention_mask(tree.parents, 2).numpy()).all()
+    with pytest.raises(ValueError, match="accepted"):
+        plots.draw_tree(tree.parents, accepted=[0, 4])
+    with pytest.raises(ValueError, match="labels"):
+        plots.draw_tree(tree.parents, tokens=["x"])

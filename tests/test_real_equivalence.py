@@ -27,12 +27,12 @@ import warnings
 import pytest
 import torch
 
-from specbook.bench_workloads import chat_ids
-from specbook.crosscheck import (TIE_GAP, GreedyDraftSoftmaxReported, SharedPrefixTarget, explain_divergence,
-                                 greedy_four_ways, joint_law, sample_first_two)
+from specbook.bench.crosscheck import (TIE_GAP, GreedyDraftSoftmaxReported, SharedPrefixTarget, explain_divergence,
+                                       greedy_four_ways, joint_law, sample_first_two)
 from specbook.decode import generate
 from specbook.drafters import DraftModelDrafter
 from specbook.models import LlamaTarget
+from specbook.models.chat import chat_ids
 from specbook.sampling import GREEDY, SamplingParams
 from statfamily import check_fit, check_rejects
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 from specbook.toy import MarkovLM, random_transitions
 from specbook.tree import (ChoiceTree, ancestors, attention_mask, chain_parents, check_parents, children, depths,
-                           draw_tree, from_paths, leaf_paths, max_path_length, path_table, path_to, position_ids,
+                           from_paths, leaf_paths, max_path_length, path_table, path_to, position_ids,
                            topological_order, tree_mask)
 
 SETTINGS = settings(derandomize=True, max_examples=100, deadline=None)
@@ -154,19 +154,3 @@ def test_toy_tree_forward_equals_each_path_and_keep_compacts(order):
     for b in range(3):
         seq = context[b].tolist() + nodes[b, keep[b]].tolist() + nxt[b].tolist()
         assert torch.equal(after[b], lm.next_logits(seq))
-
-
-# --- the lesson picture ------------------------------------------------------------------------
-def test_draw_tree_shows_tree_and_mask():
-    from matplotlib.figure import Figure
-
-    tree = from_paths([[0], [1], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
-    fig = draw_tree(tree.parents, tokens=["the", "a", "cat", "dog", "big", "sat"], context_length=2,
-                    accepted=[0, 2, 5])
-    assert isinstance(fig, Figure) and len(fig.axes) == 2
-    shown = fig.axes[1].images[0].get_array()
-    assert (shown == attention_mask(tree.parents, 2).numpy()).all()
-    with pytest.raises(ValueError, match="accepted"):
-        draw_tree(tree.parents, accepted=[0, 4])
-    with pytest.raises(ValueError, match="labels"):
-        draw_tree(tree.parents, tokens=["x"])

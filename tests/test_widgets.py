@@ -8,8 +8,9 @@ import re
 import ipywidgets as w
 import pytest
 
-from specbook import lessons, stats, theory
-from specbook.widgets import ProofExplorer, YieldExplorer
+from specbook import stats, theory
+from specbook.teach import rules
+from specbook.teach.widgets import ProofExplorer, YieldExplorer
 from statfamily import PER_TEST_ALPHA, USED
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -107,11 +108,11 @@ def test_proof_explorer_controls_and_table():
     ex = ProofExplorer(sample_size=2000)
     for name in ("match", "temperature", "sample_size", "rule", "seed", "auto", "run_button", "plot", "table"):
         assert hasattr(ex, name)
-    assert list(ex.rule.options) == list(lessons.RULES)
-    assert lessons.CORRECT in ex.rule.options and lessons.TARGET_ONLY in ex.rule.options
+    assert list(ex.rule.options) == list(rules.RULES)
+    assert rules.CORRECT in ex.rule.options and rules.TARGET_ONLY in ex.rule.options
     assert '<table class="specbook-chi2-table">' in ex.table.value
     rows = chi2_rows(ex.table.value)
-    assert list(rows) == list(lessons.RULES)
+    assert list(rows) == list(rules.RULES)
     values = ex.values()
     for rule, row in rows.items():
         assert "pvalue" in row and "verdict" in row
@@ -125,7 +126,7 @@ def test_proof_explorer_controls_and_table():
 def test_proof_explorer_pvalues_are_the_chi_square_of_the_shown_counts():
     ex = ProofExplorer(sample_size=3000, seed=4)
     setup = ex.setup()
-    for i, (name, r) in enumerate(lessons.RULES.items()):
+    for i, (name, r) in enumerate(rules.RULES.items()):
         import torch
 
         drawn = r.sample(setup, 3000, torch.Generator().manual_seed(4 * 1000 + i))
@@ -137,22 +138,22 @@ def test_proof_explorer_verdicts():
     ex = ProofExplorer(match=0.3, temperature=0.6, sample_size=4000)
     USED.append("ProofExplorer: modified rejection sampling at match 0.3, T 0.6")
     v = ex.values()
-    assert v["pvalues"][lessons.CORRECT] > PER_TEST_ALPHA
-    assert not v["rejected"][lessons.CORRECT]
-    for name in lessons.RULES:
-        if name != lessons.CORRECT:  # broken twins: every wrong rule is caught at this setting
+    assert v["pvalues"][rules.CORRECT] > PER_TEST_ALPHA
+    assert not v["rejected"][rules.CORRECT]
+    for name in rules.RULES:
+        if name != rules.CORRECT:  # broken twins: every wrong rule is caught at this setting
             assert v["rejected"][name] and v["pvalues"][name] < 1e-6, name
             assert v["power"][name] > 0.99
     # at temperature 1 the sampling-parameter bug is invisible: its law is exactly p
     ex.temperature.value = 1.0
-    assert ex.values()["tv"][lessons.TARGET_ONLY] < 1e-12
+    assert ex.values()["tv"][rules.TARGET_ONLY] < 1e-12
 
 
 def test_proof_explorer_state_from_python_and_run_button():
     ex = ProofExplorer(sample_size=1000)
     before = ex.values()
-    ex.rule.value = lessons.TARGET_ONLY
-    assert ex.values()["rule"] == lessons.TARGET_ONLY
+    ex.rule.value = rules.TARGET_ONLY
+    assert ex.values()["rule"] == rules.TARGET_ONLY
     assert 'style="background:#fff3cd"><th>temperature on target only' in ex.table.value
     ex.auto.value = False
     ex.match.value = 0.9
@@ -161,7 +162,7 @@ def test_proof_explorer_state_from_python_and_run_button():
     after = ex.values()
     assert after["match"] == 0.9 and after["pvalues"] != before["pvalues"]
     # the same settings and seed give the same numbers
-    again = ProofExplorer(match=0.9, sample_size=1000, rule=lessons.TARGET_ONLY)
+    again = ProofExplorer(match=0.9, sample_size=1000, rule=rules.TARGET_ONLY)
     assert again.values()["pvalues"] == after["pvalues"]
 
 

@@ -102,7 +102,7 @@ class AdaptiveGamma:
             full ``gamma`` tokens, verify only the chosen number, and score the whole proposal against
             the tokens that come back.  Acceptance stays observable even at gamma 0, so the policy may
             stop drafting altogether (``min_gamma=0``) where lookups keep failing.  If the drafter
-            reports ``last_match_lengths`` (one per row, as ``NGramDrafter`` does), acceptance is
+            reports ``match_lengths`` (one per row, as ``NGramDrafter`` does), acceptance is
             estimated separately for each match length: a 4-token match is a better bet than a 1-token
             one, and gets a longer draft.
     """
@@ -176,7 +176,7 @@ class AdaptiveGamma:
         self._observe(rows)
         if self.shadow:  # draft first (free), then decide how much of it to verify
             draft = self.drafter.propose(contexts, gamma, params, generator)
-            buckets = list(getattr(self.drafter, "last_match_lengths", None) or [None] * len(rows))
+            buckets = list(getattr(self.drafter, "match_lengths", None) or [None] * len(rows))
             g = max(self.choose(min(gamma, draft.num_tokens), b) for b in buckets) if draft.num_tokens else 0
             proposals = draft.tokens.tolist()
             draft = Draft(draft.tokens[:, :g], None if draft.probs is None else draft.probs[:, :g])
@@ -188,33 +188,3 @@ class AdaptiveGamma:
         self.history.append(g)
         self._last = [(r, prop, draft.num_tokens, b) for r, prop, b in zip(rows, proposals, buckets)]
         return draft
-
-
-def machine_verify_cost(model, max_positions: int = 9, reps: int = 3) -> list[float]:
-    """[v(1), ..., v(max_positions)] for ``model`` (a LlamaModel) on this machine, measured now
-    after a 128-token context."""
-    from ..bench_engines import verify_cost_curve  # lazy: the bench imports the drafters
-    from ..models.target import LlamaTarget
-
-    target = LlamaTarget(model, max_length=160)
-    return verify_cost_curve(target, list(range(1000, 1128)), max_positions=max_positions, reps=reps)["v"]
-
-
-def measured_policy(model, c: float = 0.0, max_positions: int = 9, reps: int = 3, **kwargs) -> GammaPolicy:
-    """A "model" policy with this machine's verify-cost curve for ``model`` (a LlamaModel), measured now."""
-    return GammaPolicy(c=c, verify_cost=tuple(machine_verify_cost(model, max_positions, reps)), **kwargs)
-
-
-def make_ngram_adaptive(model, tokenizer=None, **_):
-    """Bench factory: prompt lookup with the measured-cost policy, shadow scoring, free to stop drafting."""
-    from .ngram import NGramDrafter
-
-    return AdaptiveGamma(NGramDrafter(max_ngram=6), measured_policy(model, min_gamma=0), shadow=True)
-
-
-def make_draft_adaptive(model, tokenizer=None, *, target=None, **_):
-    """Bench factory: the distilled draft model with the measured-cost policy (c measured on this machine)."""
-    from .small_model import distilled_drafter, relative_cost
-
-    drafter = distilled_drafter(target if target is not None else model)
-    return AdaptiveGamma(drafter, measured_policy(model, c=relative_cost(drafter.model.model, model)))

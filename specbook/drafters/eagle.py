@@ -13,8 +13,10 @@ the final norm, what its LM head reads) and e(x) the target's frozen token embed
 The token x_{t+1} ("one step shifted") removes the uncertainty of which token was actually
 sampled after z_t.  Drafting continues by feeding (zhat, drafted token) pairs.  Block is
 one Llama decoder layer (pre-norm attention with rotary positions, then a SwiGLU MLP, as in
-:mod:`specbook.models.llama`), written out below with an explicit attention mask so that
-tree nodes fed at different steps see exactly their ancestors.  W_lm and e are the
+:mod:`specbook.models.llama`): the target's own ``Block`` class, run with an explicit
+attention mask so that tree nodes fed at different steps see exactly their ancestors, and a
+one-row cache that grows as nodes are fed and is cut back to the committed pairs after each
+step.  W_lm and e are the
 target's own, frozen, restricted to a draft vocabulary (``vocab``, draft id -> target id).
 
 Trees, EAGLE-2 (Li et al., "EAGLE-2: Faster Inference of Language Models with Dynamic
@@ -32,9 +34,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-import torch.nn.functional as F
-
-from ..models.llama import MLP, LlamaConfig, Linear, RMSNorm, rope_inverse_frequencies, rotate_half
+from ..models.config import LlamaConfig, rope_inverse_frequencies
+from ..models.linear import Linear
+from ..models.llama import Block, Step, fold_query_groups_mask
 from ..protocols import Draft
 from ..sampling import SamplingParams, logits_to_probs, sample
 from .medusa import WEIGHTS_DIR, check_vocab
@@ -65,15 +67,21 @@ class EagleConfig:
                    target_vocab_size=c.vocab_size, rms_norm_eps=c.rms_norm_eps, rope_theta=c.rope_theta)
 
 
-class _RowCache:
-    """Keys/values of the head's one layer for one row: committed pairs, then draft nodes."""
+class HeadCache:
+    """Keys/values of the head's one layer: committed pairs, then draft nodes (or, in training, unroll steps).
+
+    Unlike the target's preallocated :class:`~specbook.models.cache.KVCache` (one length per
+    row of a batch), the head drafts for one row at a time and its cache grows by
+    concatenation; setting ``length`` back drops the draft nodes.  ``update`` has the target
+    cache's signature, so the model's own :class:`~specbook.models.llama.Attention` writes into it.
+    """
 
     def __init__(self):
         self.k = self.v = None
         self.length = 0
 
-    def update(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append (1, Hkv, N, Dh) keys/values after the first ``length``; return all (1, Hkv, S, Dh)."""
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor, plan=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append (B, Hkv, N, Dh) keys/values after the first ``length``; return all (B, Hkv, S, Dh)."""
         if self.length == 0:
             self.k, self.v = k, v
         else:
@@ -83,39 +91,6 @@ class _RowCache:
         return self.k, self.v
 
 
-class HeadBlock(nn.Module):
-    """One Llama decoder layer; attention takes an explicit (B|1, N, S) mask over cache + new."""
-
-    def __init__(self, config: LlamaConfig):
-        super().__init__()
-        self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
-        q, kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
-        self.attn_norm = RMSNorm(config.dim, config.rms_norm_eps)
-        self.wqkv = Linear(config.dim, q + 2 * kv, bias=False)
-        self.wo = Linear(q, config.dim, bias=False)
-        self.mlp_norm = RMSNorm(config.dim, config.rms_norm_eps)
-        self.mlp = MLP(config)
-
-    def attention(self, x, cos, sin, cache, mask):
-        B, N, _ = x.shape
-        H, Hkv, Dh = self.n_heads, self.n_kv_heads, self.head_dim
-        qkv = self.wqkv(x)  # (B, N, (H + 2 Hkv) Dh)
-        qk = qkv[..., : (H + Hkv) * Dh].view(B, N, H + Hkv, Dh)
-        qk = qk * cos + rotate_half(qk) * sin  # RoFormer eq. 34
-        q, k = qk[:, :, :H].transpose(1, 2), qk[:, :, H:].transpose(1, 2)  # (B, H|Hkv, N, Dh)
-        v = qkv[..., (H + Hkv) * Dh :].view(B, N, Hkv, Dh).transpose(1, 2)  # (B, Hkv, N, Dh)
-        if cache is not None:
-            k, v = cache.update(k, v)  # (B, Hkv, S, Dh)
-        k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # (B, H, S, Dh)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask[:, None],
-                                           is_causal=mask is None)  # (B, H, N, Dh)
-        return self.wo(y.transpose(1, 2).reshape(B, N, H * Dh))
-
-    def forward(self, x, cos, sin, cache=None, mask=None):
-        x = x + self.attention(self.attn_norm(x), cos, sin, cache, mask)
-        return x + self.mlp(self.mlp_norm(x))
-
-
 class EagleHead(nn.Module):
     """fc over [feature ; next token's embedding], then one Llama block: predicts the next feature."""
 
@@ -123,23 +98,29 @@ class EagleHead(nn.Module):
         super().__init__()
         self.config = config
         self.fc = Linear(2 * config.dim, config.dim)
-        self.block = HeadBlock(config.layer_config())
+        self.block = Block(config.layer_config())  # the target's own decoder layer
         vocab = torch.arange(config.draft_vocab_size) if vocab is None else vocab.long()
         check_vocab(vocab, config.draft_vocab_size, config.target_vocab_size)
         self.register_buffer("vocab", vocab)  # (Vd,) draft id -> target id
         self._inv_freq = rope_inverse_frequencies(config.layer_config())
 
     def forward(self, z: torch.Tensor, next_embeds: torch.Tensor, positions: torch.Tensor,
-                cache: _RowCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+                cache: HeadCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
         """z, next_embeds (B, N, D); positions (B, N) long; mask (B|1, N, S) bool over the cached
         and new entries (True = attend), or None: causal among the new ones, no cache.
 
         Returns the predicted next features (B, N, D).
         """
         x = self.fc(torch.cat([z, next_embeds], dim=-1))  # (B, N, D)
+        N = x.shape[1]
         freqs = positions[..., None].float() * self._inv_freq.to(x.device)  # (B, N, Dh/2)
         emb = torch.cat((freqs, freqs), dim=-1)[:, :, None]  # (B, N, 1, Dh), broadcast over heads
-        return self.block(x, emb.cos().to(x.dtype), emb.sin().to(x.dtype), cache, mask)
+        c = self.config
+        folded, is_causal = fold_query_groups_mask(None if mask is None else mask[:, None], mask is None,
+                                                   c.n_heads // c.n_kv_heads, N)  # (B|1, 1, G*N, S)
+        step = Step(emb.cos().to(x.dtype), emb.sin().to(x.dtype), None,
+                     None if folded is None else folded.to(x.device), is_causal)
+        return self.block(x, 0, cache, step)
 
 
 def save_eagle(head: EagleHead, path: str | Path, meta: dict | None = None) -> None:
@@ -151,6 +132,10 @@ def save_eagle(head: EagleHead, path: str | Path, meta: dict | None = None) -> N
     path.with_suffix(".json").write_text(json.dumps({"config": asdict(head.config), **(meta or {})}, indent=1) + "\n")
 
 
+# Files written before the head reused the model's Block name its attention weights without "attn.".
+_RENAMED = {"block.wqkv.weight": "block.attn.wqkv.weight", "block.wo.weight": "block.attn.wo.weight"}
+
+
 def load_eagle(path: str | Path = WEIGHTS_DIR / "eagle_smollm2-135m") -> tuple[EagleHead, dict]:
     from safetensors.torch import load_file
 
@@ -159,7 +144,7 @@ def load_eagle(path: str | Path = WEIGHTS_DIR / "eagle_smollm2-135m") -> tuple[E
         raise FileNotFoundError(f"no EAGLE weights at {path.with_suffix('.safetensors')}; "
                                 "train them with `python -m specbook.train.eagle`")
     meta = json.loads(path.with_suffix(".json").read_text())
-    state = load_file(str(path.with_suffix(".safetensors")))
+    state = {_RENAMED.get(k, k): v for k, v in load_file(str(path.with_suffix(".safetensors"))).items()}
     head = EagleHead(EagleConfig(**meta["config"]), vocab=state["vocab"].long())
     head.load_state_dict({k: v.float() if v.is_floating_point() else v.long() for k, v in state.items()})
     return head.eval(), meta
@@ -229,7 +214,7 @@ class EagleDrafter:
     def _sync(self, b: int, context: list[int], stable: int) -> torch.Tensor:
         """Feed row b's new (feature, next token) pairs; return zhat at the last cached position (1, 1, D)."""
         if len(self._rows) <= b:
-            self._rows.append({"cache": _RowCache(), "tokens": []})
+            self._rows.append({"cache": HeadCache(), "tokens": []})
         row = self._rows[b]
         T = len(context)
         agree = 0
@@ -355,9 +340,3 @@ class EagleDrafter:
         index = {old: new for new, old in enumerate(keep)}
         parents = [-1 if par[i] < 0 else index[par[i]] for i in keep]
         return torch.tensor([tok[i] for i in keep]), torch.tensor(parents)
-
-
-def make_eagle(model, tokenizer=None, *, tree="default", **_) -> EagleDrafter:
-    """Benchmark factory (``specbook.bench_engines.register_drafter``): the shipped head on ``model``;
-    ``tree="default"`` is the recorded dynamic tree, None a chain of ``gamma`` drafts."""
-    return EagleDrafter.shipped(model, tree=tree)

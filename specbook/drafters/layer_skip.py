@@ -23,12 +23,10 @@ Choosing L.  Along the target's own greedy trajectory, draft token i is verified
 drafts 1..i-1 were accepted, i.e. its context *is* the trajectory; so the greedy
 acceptance rate of exit layer L is the share of positions where the exit-L argmax equals
 the full model's.  :func:`exit_layer_agreement` measures it for every L with one forward
-per sequence; the bench combines it with the measured cost of each L.
+per sequence; ``python -m specbook.bench.exit_layers`` combines it with the measured cost of
+each L (:func:`choose_exit_layer`).
 """
 from __future__ import annotations
-
-import statistics
-import time
 
 import torch
 
@@ -36,6 +34,7 @@ from ..models.cache import KVCache
 from ..models.llama import LlamaModel
 from ..protocols import Draft
 from ..sampling import SamplingParams, logits_to_probs, sample
+from ..theory import speedup
 from .draft_model import DraftModelDrafter
 
 
@@ -186,43 +185,14 @@ def exit_layer_agreement(model: LlamaModel, sequences: list[torch.Tensor], start
     return {L: hits[L] / total for L in layers}
 
 
-@torch.no_grad()
-def exit_layer_costs(model: LlamaModel, layers: list[int], context: int = 128, reps: int = 15) -> dict[int, float]:
-    """c(L): time of one early-exit step at layer L over one full target step (1 token, cached context).
-
-    The order of L is rotated every repetition so that drifting machine load hits every L alike;
-    medians over ``reps``.
-    """
-    for L in layers:
-        _check_exit_layer(model, L)
-    n = model.config.n_layers
-    cache = model.make_cache(1, context + 2)
-    x = torch.zeros(1, context, dtype=torch.long, device=model.embed.weight.device)
-    model(x, cache, logits_to_keep=1)
-    base = cache.lengths.clone()
-    runs = [*layers, n]
-    times: dict[int, list[float]] = {L: [] for L in runs}
-    for rep in range(reps + 1):
-        for L in runs[rep % len(runs):] + runs[:rep % len(runs)]:
-            t0 = time.perf_counter()
-            model(x[:, :1], cache, exit_layer=L).float().argmax(-1).item()  # .item(): wait for the device
-            if rep:  # the first round warms up
-                times[L].append(time.perf_counter() - t0)
-            cache.rollback(base)
-    full = statistics.median(times[n])
-    return {L: statistics.median(times[L]) / full for L in layers}
-
-
 def choose_exit_layer(agreement: dict[int, float], costs: dict[int, float], verify_cost, max_gamma: int = 8):
     """Best (predicted speedup, L, gamma) from measured acceptance and cost per exit layer.
 
     agreement: {L: alpha_L} (e.g. :func:`exit_layer_agreement`); costs: {L: c_L}
-    (:func:`exit_layer_costs`); verify_cost: v(n) for n = 1.. positions (a list), as in
+    (``specbook.bench.timing.exit_layer_costs``); verify_cost: v(n) for n = 1.. positions (a list), as in
     :func:`specbook.theory.speedup`.  Returns (speedup, L, gamma, table) with table[L] =
     (best speedup, best gamma) for every L; a best speedup below 1 means no exit layer pays.
     """
-    from ..theory import speedup
-
     table = {}
     for L, alpha in agreement.items():
         best = max((float(speedup(alpha, g, costs[L], verify_cost[min(g, len(verify_cost) - 1)])), g)
@@ -232,49 +202,7 @@ def choose_exit_layer(agreement: dict[int, float], costs: dict[int, float], veri
     return table[L][0], L, table[L][1], table
 
 
-# Measured on SmolLM2-135M (``python -m specbook.drafters.layer_skip``; docs/drafters.md): no exit layer
+# Measured on SmolLM2-135M (``python -m specbook.bench.exit_layers``; docs/drafters.md): no exit layer
 # pays (predicted speedups 0.62-0.75x at their best gamma, 1); the argmax, L = 4, accepts 4.5 % of its
 # drafts, and L = 28 is within 1.5 % of it while accepting 53 %, so 28 shows the mechanism at work.
 DEFAULT_EXIT_LAYER = 28
-
-
-def make_layer_skip(model: LlamaModel, tokenizer=None, *, target=None, exit_layer: int = DEFAULT_EXIT_LAYER, **_):
-    """Bench factory: shares ``target``'s cache when given (the LlamaTarget the loop decodes with), else own cache."""
-    return LayerSkipDrafter(target if target is not None else model, exit_layer)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Print alpha(L), c(L) and the predicted speedup per exit layer for SmolLM2-135M; name the best."""
-    import argparse
-
-    from ..models.smollm2 import load_smollm2
-    from ..train.data import all_prompts, distillation_set
-    from .adaptive import machine_verify_cost
-
-    p = argparse.ArgumentParser(prog="python -m specbook.drafters.layer_skip", description=main.__doc__)
-    p.add_argument("--sequences", type=int, default=60, help="training-split greedy replies to score")
-    p.add_argument("--threads", type=int, default=0)
-    args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    model, tokenizer = load_smollm2()
-    prompts = all_prompts()
-    data = distillation_set(model, tokenizer, prompts)  # the distillation data (cached): greedy replies
-    train = [d for d, q in zip(data, prompts) if not q.heldout]
-    train = train[:: max(1, len(train) // args.sequences)][: args.sequences]
-    layers = list(range(2, model.config.n_layers, 2)) + [model.config.n_layers - 1]
-    agreement = exit_layer_agreement(model, [d["tokens"].long() for d in train], [d["prompt_length"] - 1 for d in train],
-                                     layers=layers)
-    costs = exit_layer_costs(model, layers)
-    v = machine_verify_cost(model, max_positions=9, reps=5)
-    best, L, gamma, table = choose_exit_layer(agreement, costs, v)
-    print(f"{'L':>3} {'alpha':>6} {'c':>6} {'speedup':>8} {'gamma':>6}")
-    for layer in layers:
-        print(f"{layer:>3} {agreement[layer]:>6.3f} {costs[layer]:>6.3f} {table[layer][0]:>8.3f} {table[layer][1]:>6}")
-    print("verify cost " + "  ".join(f"v({n})={x:.2f}" for n, x in enumerate(v, start=1)))
-    print(f"best: L={L}, gamma={gamma}, predicted speedup {best:.3f}" + ("" if best > 1 else " (below 1: no exit layer pays)"))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..models.llama import Linear
+from ..models.linear import Linear
 from ..protocols import Draft
 from ..sampling import SamplingParams, logits_to_probs, sample
 from ..tree import ChoiceTree, from_paths
@@ -190,9 +190,3 @@ class MedusaDrafter:
         draft = sample(q, generator)  # (B, k)
         probs = q.new_zeros(*q.shape[:-1], V).index_copy_(-1, vocab, q)  # (B, k, V)
         return Draft(vocab[draft], probs)
-
-
-def make_medusa(model, tokenizer=None, *, tree="default", **_) -> MedusaDrafter:
-    """Benchmark factory (``specbook.bench_engines.register_drafter``): the shipped heads on ``model``;
-    ``tree`` is "default", a measured tree size, or None for a chain of ``min(gamma, 4)`` drafts."""
-    return MedusaDrafter.shipped(model, tree=tree)

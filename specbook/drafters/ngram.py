@@ -89,6 +89,10 @@ class NGramDrafter:
     prefer: "latest" or "earliest" occurrence to copy from (transformers uses "earliest").
     overlap: keep copying past the end of the context (periodic text); False copies only
              tokens that exist (transformers' behaviour).
+
+    After each ``propose``, ``match_lengths`` holds, per row, the length of the suffix that
+    matched (0: no match, the row's draft is padding).  A longer match is a better bet;
+    :class:`~specbook.drafters.adaptive.AdaptiveGamma` keeps acceptance statistics per match length.
     """
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, prefer: str = "latest", overlap: bool = True):
@@ -98,7 +102,7 @@ class NGramDrafter:
             raise ValueError(f"prefer must be 'latest' or 'earliest', got {prefer!r}")
         self.max_ngram, self.min_ngram, self.prefer, self.overlap = max_ngram, min_ngram, prefer, overlap
         self.passes = 0  # no model passes, ever
-        self.last_match_lengths: list[int] = []  # per row, the suffix length matched by the last propose
+        self.match_lengths: list[int] = []  # per row, the suffix length matched by the last propose
         self._rows: list[NGramIndex] = []
         self._shown: list[torch.Tensor] = []  # the context each row's index was last synced to
 
@@ -137,7 +141,7 @@ class NGramDrafter:
             self._rows, self._shown = [], []
         indexes = [self._sync(b, c.detach().cpu()) for b, c in enumerate(contexts)]
         found = [index.lookup(gamma, self.overlap) for index in indexes]
-        self.last_match_lengths = [index.last_match for index in indexes]
+        self.match_lengths = [index.last_match for index in indexes]
         K = max(len(f) for f in found)
         # A row with a shorter match is padded by repeating its last token: any deterministic
         # draft is lossless (it is only verified), padding merely costs verify positions.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
@@ -92,6 +93,12 @@ def build_draft_model(target: LlamaModel, config: DraftConfig, vocab_ids: torch.
     return draft.eval()
 
 
+def weights_digest(model) -> str:
+    """A short fingerprint of a model's input embedding (identifies the target a draft was distilled from)."""
+    w = model.embed.weight.detach().float().cpu()
+    return hashlib.sha256(w[:: max(1, w.shape[0] // 512)].numpy().tobytes()).hexdigest()[:16]
+
+
 def trainable_state(draft: LlamaModel) -> dict[str, torch.Tensor]:
     """Everything the draft owns (not the shared embedding), plus the vocabulary map."""
     state = {k: v for k, v in draft.state_dict().items() if not k.startswith("embed.")}
@@ -109,8 +116,6 @@ def save_draft(draft: LlamaModel, config: DraftConfig, meta: dict, directory: st
     state = {k: (v.to(dtype) if v.is_floating_point() else v).contiguous().cpu() for k, v in trainable_state(draft).items()}
     path = directory / f"{name}.safetensors"
     save_file(state, str(path))
-    from ..train.data import weights_digest
-
     info = {"draft": dataclasses.asdict(config), "dtype": str(dtype).removeprefix("torch."),
             "target_digest": weights_digest(draft), **meta}  # draft.embed is the target's embedding
     (directory / f"{name}.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")
@@ -133,8 +138,6 @@ def load_draft(target: LlamaModel, directory: str | Path = WEIGHTS_DIR, name: st
     (its fingerprint is stored in the json), unless ``check_target=False``.
     """
     from safetensors.torch import load_file
-
-    from ..train.data import weights_digest
 
     info = draft_info(directory, name)
     if check_target and info.get("target_digest") not in (None, weights_digest(target)):
@@ -168,31 +171,3 @@ def distilled_drafter(target, directory: str | Path = WEIGHTS_DIR, name: str = D
     model = target if isinstance(target, LlamaModel) else target.model
     length = getattr(target, "max_length", max_length)
     return DraftModelDrafter(LlamaTarget(load_draft(model, directory, name), max_length=length))
-
-
-def make_distilled(model: LlamaModel, tokenizer=None, *, target=None, **_):
-    """Bench factory (``register_drafter("draft", make_distilled)``)."""
-    return distilled_drafter(target if target is not None else model)
-
-
-@torch.no_grad()
-def relative_cost(draft: LlamaModel, target: LlamaModel, context: int = 128, reps: int = 7) -> float:
-    """c: median time of one draft step over one target step (one token on a cached context), interleaved."""
-    import statistics
-    import time
-
-    times = {"draft": [], "target": []}
-    models = {"draft": draft, "target": target}
-    caches = {k: m.make_cache(1, context + 2) for k, m in models.items()}
-    x = torch.zeros(1, context, dtype=torch.long, device=target.embed.weight.device)
-    for k, m in models.items():
-        m(x, caches[k], logits_to_keep=1)
-    for rep in range(reps + 1):
-        for k in (("draft", "target") if rep % 2 else ("target", "draft")):
-            base = caches[k].lengths.clone()
-            t0 = time.perf_counter()
-            models[k](x[:, :1], caches[k]).float().argmax(-1).item()  # .item(): wait for the device
-            if rep:
-                times[k].append(time.perf_counter() - t0)
-            caches[k].rollback(base)
-    return statistics.median(times["draft"]) / statistics.median(times["target"])

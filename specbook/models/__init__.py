@@ -1,12 +1,15 @@
 """Real models: a readable Llama with a per-row KV cache, Target adapters, offline loaders."""
 from .cache import AttentionPlan, KVCache
+from .chat import chat_ids
+from .config import LlamaConfig, RopeScaling
 from .hf import check_same_tokenizer, load_llama, load_tokenizer
-from .llama import LlamaConfig, LlamaModel, RopeScaling
+from .linear import Linear
+from .llama import LlamaModel
 from .target import HFTarget, LlamaTarget, tree_structure
 
 __all__ = [
-    "AttentionPlan", "KVCache", "LlamaConfig", "LlamaModel", "RopeScaling", "LlamaTarget", "HFTarget",
-    "tree_structure", "load_llama", "load_smollm2", "load_tokenizer", "check_same_tokenizer",
+    "AttentionPlan", "KVCache", "LlamaConfig", "LlamaModel", "Linear", "RopeScaling", "LlamaTarget", "HFTarget",
+    "tree_structure", "chat_ids", "load_llama", "load_smollm2", "load_tokenizer", "check_same_tokenizer",
 ]
 
 

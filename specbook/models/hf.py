@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from .llama import LlamaConfig, LlamaModel
+from .config import LlamaConfig
+from .llama import LlamaModel
 
 LLAMA_ARCHITECTURES = ("LlamaForCausalLM",)
 
@@ -78,7 +79,7 @@ def resolve_model_dir(path_or_repo_id: str | Path) -> Path:
     name = str(path_or_repo_id)
     hint = ("For SmolLM2-135M-Instruct run `python -m specbook.models.smollm2` (or use "
             "specbook.models.load_smollm2()); for another model pass a local directory, or download it "
-            "while online with `huggingface-cli download <repo_id>`.")
+            "while online with `hf download <repo_id>`.")
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", name):
         raise FileNotFoundError(f"no model directory at {name!r}. {hint}")
     try:
@@ -99,20 +100,38 @@ def read_hf_config(model_dir: Path) -> dict:
     return cfg
 
 
+def weight_files(model_dir: Path, index_name: str, single: str, pattern: str) -> list[Path]:
+    """The weight files of one format: those a shard index names, else the single file, else a glob.
+
+    A sharded checkpoint lists its shards in ``<index_name>`` (``weight_map``: tensor -> file);
+    other files in the directory (a stray copy, an older download) are not part of the model.
+    """
+    index = model_dir / index_name
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        missing = [s for s in shards if not (model_dir / s).is_file()]
+        if missing:
+            raise FileNotFoundError(f"{index} names shards that are not in {model_dir}: {missing[:3]}")
+        return [model_dir / s for s in shards]
+    if (model_dir / single).is_file():
+        return [model_dir / single]
+    return sorted(model_dir.glob(pattern))
+
+
 def load_hf_weights(model_dir: Path) -> dict[str, torch.Tensor]:
-    """Every tensor from model.safetensors (single or sharded), else pytorch_model.bin."""
+    """Every tensor of the checkpoint: model.safetensors (single, or the shards its index names),
+    else pytorch_model.bin (likewise)."""
     from safetensors.torch import load_file
 
     model_dir = Path(model_dir)
-    files = sorted(model_dir.glob("*.safetensors"))
+    state: dict[str, torch.Tensor] = {}
+    files = weight_files(model_dir, "model.safetensors.index.json", "model.safetensors", "*.safetensors")
     if files:
-        state = {}
         for f in files:
             state.update(load_file(f))
         return state
-    bins = sorted(model_dir.glob("pytorch_model*.bin"))
+    bins = weight_files(model_dir, "pytorch_model.bin.index.json", "pytorch_model.bin", "pytorch_model*.bin")
     if bins:
-        state = {}
         for f in bins:
             state.update(torch.load(f, map_location="cpu", weights_only=True))
         return state

@@ -18,13 +18,12 @@ Three small departures from the textbook layout, all for speed on a CPU:
   one matrix ``w_gate_up`` (one matrix product instead of three or two);
 * grouped-query attention folds the G query heads that share a key/value head into the
   query-length axis, so keys and values are never copied G times;
-* every projection is a :class:`Linear` that multiplies a few rows (4 to 64: a verify
-  pass over drafts) by a transposed copy of its weight, which the CPU's BLAS does much
-  faster than the usual layout; see its docstring for the measurement.
+* every projection is a :class:`~specbook.models.linear.Linear` that multiplies a few rows
+  (4 to 64: a verify pass over drafts) by a transposed copy of its weight, which the CPU's
+  BLAS does much faster than the usual layout; see ``models/linear.py`` for the measurement.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -32,169 +31,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .cache import KVCache
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """Context-extension rescaling of the rotary frequencies.
-
-    kind="linear": every inverse frequency divided by ``factor`` (position interpolation,
-    Chen et al., 2023, arXiv:2306.15595).  kind="llama3": low frequencies divided by
-    ``factor``, high ones kept, a smooth blend in between (Llama 3.1 report, 2024).
-    """
-
-    kind: str
-    factor: float
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position_embeddings: int = 8192
-
-    def __post_init__(self):
-        if self.kind not in ("linear", "llama3"):
-            raise ValueError(f"kind must be 'linear' or 'llama3', got {self.kind!r}")
-        if not self.factor > 0:
-            raise ValueError(f"factor must be > 0, got {self.factor}")
-
-
-@dataclass(frozen=True)
-class LlamaConfig:
-    vocab_size: int = 49152
-    dim: int = 576
-    n_layers: int = 30
-    n_heads: int = 9
-    n_kv_heads: int = 3
-    intermediate_size: int = 1536
-    head_dim: int = 0  # 0 means dim // n_heads
-    rms_norm_eps: float = 1e-5
-    rope_theta: float = 100000.0
-    rope_scaling: RopeScaling | None = None
-    max_position_embeddings: int = 8192
-    tie_embeddings: bool = True
-    attention_bias: bool = False
-    mlp_bias: bool = False
-
-    def __post_init__(self):
-        for name in ("vocab_size", "dim", "n_layers", "n_heads", "n_kv_heads", "intermediate_size",
-                     "max_position_embeddings"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"n_heads ({self.n_heads}) must be a multiple of n_kv_heads ({self.n_kv_heads})")
-        if self.head_dim == 0:
-            if self.dim % self.n_heads:
-                raise ValueError(f"dim ({self.dim}) is not divisible by n_heads ({self.n_heads}); give head_dim")
-            object.__setattr__(self, "head_dim", self.dim // self.n_heads)
-        if self.head_dim % 2:
-            raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
-
-    @classmethod
-    def smollm2_135m(cls) -> "LlamaConfig":
-        """SmolLM2-135M(-Instruct): 30 layers, width 576, 9 query / 3 key-value heads."""
-        return cls()
-
-    @classmethod
-    def from_hf(cls, hf: dict) -> "LlamaConfig":
-        """Build from a Hugging Face ``config.json`` dict of a Llama model (v4 or v5 layout)."""
-        rope = dict(hf.get("rope_parameters") or {})
-        legacy = hf.get("rope_scaling") or {}
-        rope = {**legacy, **rope}
-        theta = rope.get("rope_theta", hf.get("rope_theta", 10000.0))
-        kind = rope.get("rope_type", rope.get("type", "default"))
-        scaling = None
-        if kind == "linear":
-            scaling = RopeScaling("linear", float(rope["factor"]))
-        elif kind == "llama3":
-            scaling = RopeScaling("llama3", float(rope["factor"]), float(rope["low_freq_factor"]),
-                                  float(rope["high_freq_factor"]), int(rope["original_max_position_embeddings"]))
-        elif kind != "default":
-            raise ValueError(f"rope scaling type {kind!r} is not implemented here; wrap the model with HFTarget")
-        return cls(
-            vocab_size=hf["vocab_size"],
-            dim=hf["hidden_size"],
-            n_layers=hf["num_hidden_layers"],
-            n_heads=hf["num_attention_heads"],
-            n_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
-            intermediate_size=hf["intermediate_size"],
-            head_dim=hf.get("head_dim") or 0,
-            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(theta),
-            rope_scaling=scaling,
-            max_position_embeddings=hf.get("max_position_embeddings", 2048),
-            tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-            attention_bias=bool(hf.get("attention_bias", False)),
-            mlp_bias=bool(hf.get("mlp_bias", False)),
-        )
-
-
-def rope_inverse_frequencies(config: LlamaConfig) -> torch.Tensor:
-    """theta_i = base^(-2i/Dh) (RoFormer eq. 15), optionally rescaled.  (Dh/2,) float32."""
-    dh = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dh, 2, dtype=torch.int64).float() / dh))
-    s = config.rope_scaling
-    if s is None:
-        return inv_freq
-    if s.kind == "linear":
-        return inv_freq / s.factor
-    low_wavelen = s.original_max_position_embeddings / s.low_freq_factor
-    high_wavelen = s.original_max_position_embeddings / s.high_freq_factor
-    wavelen = 2 * math.pi / inv_freq
-    scaled = torch.where(wavelen > low_wavelen, inv_freq / s.factor, inv_freq)
-    smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
-    blended = (1 - smooth) * scaled / s.factor + smooth * scaled
-    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-    return torch.where(medium, blended, scaled)
-
-
-class Linear(nn.Linear):
-    """``nn.Linear`` that keeps a second, transposed copy of W for short multi-row inputs.
-
-    Why: speculative decoding runs the target on gamma + 1 (or a tree's N) positions at a
-    time, and its speed hinges on that pass costing about as much as a one-position pass
-    (the verify cost v(N) of :func:`specbook.theory.speedup`).  With the weight stored
-    (out, in), as ``nn.Linear`` does, the CPU BLAS (MKL) streams W once for 1-3 rows but
-    switches to a packing kernel from 4 rows on.  Measured on SmolLM2-135M, a 2-core x86
-    CPU, 2 threads, one forward after a 96-token context: v(4) = 1.69 and v(5) = 1.75 with
-    ``nn.Linear``; with ``x @ W^T`` and W^T stored (in, out), 1.35 and 1.46 (and v(9) 2.22
-    -> 1.90).  For 1-3 rows and for long prefills the usual layout is as fast or faster.
-
-    So: on the CPU, without autograd, for 4 <= rows <= 64, use the transposed copy; it is
-    built on first use and rebuilt whenever the weight changes (loading, training, moving
-    to another device or dtype).  Results equal ``nn.Linear``'s up to float rounding (the
-    products are summed in another order: up to 9e-5 on SmolLM2's logits, which reach
-    ~30).  Costs one more copy of the weights in memory.  ``Linear.FAST_ROWS = None``
-    switches the path off everywhere (``nn.Linear``'s kernels, bit for bit).
-    """
-
-    FAST_ROWS = (4, 64)
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._wt: torch.Tensor | None = None
-        self._wt_key: tuple | None = None
-
-    def _transposed(self) -> torch.Tensor:
-        w = self.weight
-        key = (w.data_ptr(), w._version, w.dtype, w.device)
-        if self._wt_key != key:
-            self._wt = w.detach().t().contiguous()  # (in, out)
-            self._wt_key = key
-        return self._wt
-
-    @classmethod
-    def frozen(cls, weight: torch.Tensor) -> "Linear":
-        """A bias-free Linear over a copy of ``weight`` (out, in) that is never trained (a draft head
-        reusing rows of the target's LM head)."""
-        lin = cls(weight.shape[1], weight.shape[0], bias=False, device="meta")  # no throwaway random init
-        lin.weight = nn.Parameter(weight.detach().clone(), requires_grad=False)
-        return lin
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
-        if (self.FAST_ROWS is not None and x.device.type == "cpu" and self.FAST_ROWS[0] <= rows <= self.FAST_ROWS[1]
-                and not (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad))):
-            y = x @ self._transposed()
-            return y if self.bias is None else y + self.bias
-        return super().forward(x)
+from .config import LlamaConfig, rope_inverse_frequencies
+from .linear import Linear
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -235,7 +73,7 @@ def fold_query_groups_mask(mask: torch.Tensor | None, is_causal: bool, groups: i
 
 
 @dataclass
-class _Step:
+class Step:
     """What every layer of one forward shares: rotary tables, the cache plan, the mask."""
 
     cos: torch.Tensor  # (B, N, 1, Dh)
@@ -253,7 +91,7 @@ class Attention(nn.Module):
         self.wqkv = Linear(config.dim, q_size + 2 * kv_size, bias=config.attention_bias)
         self.wo = Linear(q_size, config.dim, bias=config.attention_bias)
 
-    def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, step: _Step) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, step: Step) -> torch.Tensor:
         B, N, _ = x.shape
         H, Hkv, Dh = self.n_heads, self.n_kv_heads, self.head_dim
         qkv = self.wqkv(x)  # (B, N, (H + 2 Hkv) Dh)
@@ -294,7 +132,7 @@ class Block(nn.Module):
         self.mlp_norm = RMSNorm(config.dim, config.rms_norm_eps)
         self.mlp = MLP(config)
 
-    def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, step: _Step) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, layer: int, cache: KVCache | None, step: Step) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), layer, cache, step)
         return x + self.mlp(self.mlp_norm(x))
 
@@ -373,9 +211,28 @@ class LlamaModel(nn.Module):
         exit_layer:   run only the first ``exit_layer`` blocks, then norm + head (early exit).
         Returns logits (B, N or logits_to_keep, V) in the model's dtype.
         """
+        n_run = self._check_inputs(tokens, attn_mask, logits_to_keep, exit_layer)
+        wanted = [] if return_hidden is False else [n_run] if return_hidden is True else list(return_hidden)
+        for i in wanted:
+            if not 0 <= i <= n_run:
+                raise ValueError(f"return_hidden layer index {i} not in [0, {n_run}]")
+        x = self.embed(tokens)  # (B, N, D)
+        step = self._step(tokens, cache, position_ids, attn_mask, x)
+        x, hidden = self._blocks(x, cache, step, n_run, wanted)
+        N = tokens.shape[1]
+        last = x if logits_to_keep is None else x[:, N - logits_to_keep:]
+        logits = self.lm_head(self.norm(last))  # (B, N, V)
+        if return_hidden is False:
+            return logits
+        if return_hidden is True:
+            return logits, hidden[n_run]
+        return logits, [hidden[i] for i in wanted]
+
+    def _check_inputs(self, tokens, attn_mask, logits_to_keep, exit_layer) -> int:
+        """Validate one forward's arguments; returns how many blocks it runs."""
         if tokens.dim() != 2:
             raise ValueError(f"tokens must be (B, N), got shape {tuple(tokens.shape)}")
-        B, N = tokens.shape
+        N = tokens.shape[1]
         if N == 0:
             raise ValueError("tokens must hold at least one new token per row, got N=0")
         n_run = self.config.n_layers if exit_layer is None else exit_layer
@@ -389,6 +246,11 @@ class LlamaModel(nn.Module):
             raise ValueError(f"logits_to_keep must be in [0, {N}], got {logits_to_keep}")
         if attn_mask is not None and attn_mask.dtype != torch.bool:
             raise ValueError(f"attn_mask must be bool, got {attn_mask.dtype}")
+        return n_run
+
+    def _step(self, tokens, cache, position_ids, attn_mask, x) -> Step:
+        """Positions, rotary tables, the cache plan and the folded mask, shared by every block."""
+        B, N = tokens.shape
         # The largest position is known without reading the device when positions are the
         # default ones; explicit positions are checked on the CPU only (elsewhere the check
         # would stall the accelerator; LlamaTarget checks its own).
@@ -409,31 +271,20 @@ class LlamaModel(nn.Module):
         if max_pos >= self.config.max_position_embeddings:
             raise ValueError(f"position {max_pos} is beyond the model's context of "
                              f"{self.config.max_position_embeddings} positions (prompt too long?)")
-
-        x = self.embed(tokens)  # (B, N, D)
         freqs = position_ids[..., None].float() * self._rope_inverse_frequencies(x.device)  # (B, N, Dh/2)
         emb = torch.cat((freqs, freqs), dim=-1)[:, :, None]  # (B, N, 1, Dh), broadcast over heads
         mask, is_causal = fold_query_groups_mask(plan.mask, plan.is_causal,
                                                  self.config.n_heads // self.config.n_kv_heads, N)
-        step = _Step(emb.cos().to(x.dtype), emb.sin().to(x.dtype), plan,
+        return Step(emb.cos().to(x.dtype), emb.sin().to(x.dtype), plan,
                      None if mask is None else mask.to(x.device), is_causal)
 
-        wanted = [] if return_hidden is False else [n_run] if return_hidden is True else list(return_hidden)
-        for i in wanted:
-            if not 0 <= i <= n_run:
-                raise ValueError(f"return_hidden layer index {i} not in [0, {n_run}]")
+    def _blocks(self, x, cache, step: Step, n_run: int, wanted: list[int]):
+        """The first ``n_run`` blocks; returns the last state and {i: state after i blocks} for i in wanted."""
         hidden = {0: x} if 0 in wanted else {}
         for i, block in enumerate(self.layers[:n_run]):
-            x = block(x, i, cache, step)
+            x = block(x, i, cache, step)  # (B, N, D)
             if i + 1 in wanted:
                 hidden[i + 1] = x
         if cache is not None:
-            cache.advance(plan)
-
-        last = x if logits_to_keep is None else x[:, N - logits_to_keep:]
-        logits = self.lm_head(self.norm(last))  # (B, N, V)
-        if return_hidden is False:
-            return logits
-        if return_hidden is True:
-            return logits, hidden[n_run]
-        return logits, [hidden[i] for i in wanted]
+            cache.advance(step.plan)
+        return x, hidden

@@ -29,13 +29,14 @@ import os
 import random
 import sysconfig
 import textwrap
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-HELDOUT_PERCENT = 10
+from ..drafters.small_model import weights_digest
+from ..models.chat import chat_ids
+from .prompts import Prompt, prompts_digest, split
 
 # Pure-Python standard-library modules whose functions and docstrings become prompts.
 STDLIB_MODULES = (
@@ -107,22 +108,6 @@ CHAT = [
 ]
 
 
-@dataclass(frozen=True)
-class Prompt:
-    id: str  # stable across runs: source + object + template index
-    category: str  # code-edit, code-explain, code-json, summarize, doc-qa, chat, arithmetic
-    text: str
-
-    @property
-    def heldout(self) -> bool:
-        return is_heldout(self.id)
-
-
-def is_heldout(prompt_id: str) -> bool:
-    """The split of an id: a fixed hash (about HELDOUT_PERCENT % held out), independent of list order."""
-    return int.from_bytes(hashlib.sha256(prompt_id.encode()).digest()[:4], "big") % 100 < HELDOUT_PERCENT
-
-
 def _stdlib_source(name: str) -> str | None:
     base = os.path.join(sysconfig.get_paths()["stdlib"], *name.split("."))
     for path in (base + ".py", os.path.join(base, "__init__.py")):
@@ -184,18 +169,6 @@ def all_prompts(per_category: int = 40, seed: int = 0) -> list[Prompt]:
     return out
 
 
-def split(prompts: list[Prompt]) -> tuple[list[Prompt], list[Prompt]]:
-    """(train, heldout)."""
-    return [p for p in prompts if not p.heldout], [p for p in prompts if p.heldout]
-
-
-def prompts_digest(prompts: list[Prompt]) -> str:
-    h = hashlib.sha256()
-    for p in prompts:
-        h.update(p.id.encode() + b"\0" + p.text.encode() + b"\0")
-    return h.hexdigest()
-
-
 def check_disjoint(train: list[Prompt], eval_texts: list[str], span: int = 60) -> None:
     """Raise ValueError if an evaluation text shares a ``span``-character stretch with a training prompt."""
     def pieces(text: str):
@@ -210,11 +183,6 @@ def check_disjoint(train: list[Prompt], eval_texts: list[str], span: int = 60) -
         shared = pieces(text) & seen
         if shared:
             raise ValueError(f"evaluation text {j} overlaps the training prompts, e.g. {next(iter(shared))!r}")
-
-
-def chat_ids(tokenizer, text: str) -> list[int]:
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
 
 @torch.no_grad()
@@ -297,12 +265,6 @@ def distillation_set(model, tokenizer, prompts: list[Prompt], *, max_new_tokens:
     torch.save(data, tmp)
     tmp.rename(path)
     return data
-
-
-def weights_digest(model) -> str:
-    """A short fingerprint of a model's input embedding (identifies the target a draft was distilled from)."""
-    w = model.embed.weight.detach().float().cpu()
-    return hashlib.sha256(w[:: max(1, w.shape[0] // 512)].numpy().tobytes()).hexdigest()[:16]
 
 
 def main() -> None:

@@ -37,7 +37,9 @@ from tqdm.auto import tqdm
 from ..drafters.small_model import WEIGHTS_DIR, DEFAULT_NAME, DraftConfig, build_draft_model, save_draft
 from ..models.llama import LlamaModel
 from . import recorded_command
-from .data import all_prompts, check_disjoint, distillation_set, prompts_digest
+from .data import all_prompts, check_disjoint, distillation_set
+from .prompts import benchmark_texts, prompts_digest
+from .schedule import warmup_cosine
 
 
 @dataclass(frozen=True)
@@ -149,8 +151,7 @@ def train_draft(target: LlamaModel, train: list[dict], draft_config: DraftConfig
     total = steps_per_epoch * config.epochs
     warm = max(1, int(config.warmup * total))
     opt = torch.optim.AdamW(params, lr=config.lr, betas=(0.9, 0.95), weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: (s + 1) / warm if s < warm else 0.5 * (1 + math.cos(math.pi * (s - warm) / max(1, total - warm))))
+    sched = warmup_cosine(opt, total, warm, cosine_after_warmup=True)
     losses = []
     bar = tqdm(total=total, disable=not progress, desc="distill", unit="step")
     for _ in range(config.epochs):
@@ -198,12 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     target, tokenizer = load_smollm2()
     target.requires_grad_(False)
     prompts = all_prompts(args.per_category)
-    try:  # evaluation prompts must never be training text
-        from ..bench_workloads import load_prompts
-    except ImportError:
-        pass
-    else:
-        check_disjoint(prompts, [p.prompt for p in load_prompts()])
+    check_disjoint(prompts, benchmark_texts())  # evaluation prompts must never be training text
     t0, c0 = time.perf_counter(), time.process_time()
     data = distillation_set(target, tokenizer, prompts, max_new_tokens=args.max_new_tokens, top_k=args.top_k)
     t1, c1 = time.perf_counter(), time.process_time()

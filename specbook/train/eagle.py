@@ -33,26 +33,14 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..drafters.eagle import EagleConfig, EagleHead, save_eagle
+from ..drafters.eagle import EagleConfig, EagleHead, HeadCache, save_eagle
 from ..drafters.medusa import WEIGHTS_DIR
 from . import recorded_command
 from .features import FeatureSet, draft_vocabulary, validation_indices
 from .medusa import target_features, to_draft_ids
+from .schedule import warmup_cosine
 
 DEFAULT_NAME = "eagle_smollm2-135m"
-
-
-class _StackCache:
-    """Keys/values of earlier unroll steps, so step j can attend to them."""
-
-    def __init__(self):
-        self.k: list[torch.Tensor] = []
-        self.v: list[torch.Tensor] = []
-
-    def update(self, k, v):
-        self.k.append(k)
-        self.v.append(v)
-        return torch.cat(self.k, dim=2), torch.cat(self.v, dim=2)
 
 
 def unroll(head: EagleHead, embed, z: torch.Tensor, next_tokens: torch.Tensor, steps: int,
@@ -66,7 +54,7 @@ def unroll(head: EagleHead, embed, z: torch.Tensor, next_tokens: torch.Tensor, s
     B, L, D = z.shape
     if noise:
         z = z + (torch.rand(z.shape, generator=generator, device=z.device) * 2 - 1) * noise
-    cache = _StackCache()
+    cache = HeadCache()  # grows by one step of every branch per unroll step
     t = torch.arange(L, device=z.device)
     causal = t[None, :] <= t[:, None]  # (L, L) true pairs up to t
     out, feed = [], z
@@ -148,8 +136,7 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     steps = max(1, math.ceil(epochs * len(seqs) / batch_sequences))
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
     warmup = min(20, steps // 10 + 1)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps)))
+    sched = warmup_cosine(opt, steps, warmup)
     lengths = torch.tensor([int(fs.starts[s + 1] - fs.starts[s]) for s in seqs])
     log = {"steps": steps, "pairs": int((lengths - 2).clamp(min=0).sum()), "loss": [], "validation": []}
     best = (-1.0, None)

@@ -33,8 +33,10 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..models.chat import chat_ids
 from ..models.smollm2 import cache_root
-from .heads_data import SHARED_PER_CATEGORY, Prompt, chat_ids, training_mix
+from .heads_data import SHARED_PER_CATEGORY, training_mix
+from .prompts import Prompt, is_heldout
 
 TOPK = 8
 
@@ -187,7 +189,7 @@ def _cached_features(items: list[tuple[str, str, list[int] | None]], root: Path,
         bar.set_postfix(tok_s=f"{made / (time.perf_counter() - t0):.1f}")
         bar.update(1)
     bar.close()
-    rows = [torch.load(root / _file_name(pid)) for pid, _, _ in items]
+    rows = [torch.load(root / _file_name(pid), weights_only=True) for pid, _, _ in items]
     for (pid, _, ids), r in zip(items, rows):
         if ids is not None and r["tokens"][: r["prompt_length"]].tolist() != list(ids):
             raise ValueError(f"cached reply {root / _file_name(pid)} was made for a different prompt than {pid!r}; "
@@ -216,8 +218,6 @@ def load_prompt_set(path: str | Path, heldout: bool, *, max_new_tokens: int = 16
     order: SmolLM2's greedy replies, read from the cache or generated (and cached) where missing.
     ``model``/``tokenizer``: SmolLM2-135M-Instruct, loaded here unless the caller has it already."""
     import json
-
-    from .heads_data import is_heldout
 
     rows = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
     items = sorted((r["id"], r["category"], r["prompt_token_ids"]) for r in rows if is_heldout(r["id"]) == heldout)
@@ -255,20 +255,6 @@ def smollm2_tag() -> str:
 def default_root(max_new_tokens: int, cache: str | Path | None = None) -> Path:
     base = Path(cache) if cache is not None else cache_root() / "heads"
     return base / f"{smollm2_tag()}-new{max_new_tokens}-top{TOPK}"
-
-
-def load_cached(heldout: bool, max_new_tokens: int = 160, cache: str | Path | None = None) -> FeatureSet:
-    """Every SmolLM2 reply already in the cache for one split, in prompt-id order (how the shipped
-    heads were trained: the prompt ids are recorded next to the weights)."""
-    from .heads_data import is_heldout
-
-    root = default_root(max_new_tokens, cache)
-    files = sorted(root.glob("*.pt"))
-    rows = [torch.load(f) for f in files]
-    rows = [r for r in rows if is_heldout(r["prompt_id"]) == heldout]
-    if not rows:
-        raise ValueError(f"no cached {'held-out' if heldout else 'training'} replies under {root}")
-    return _assemble(sorted(rows, key=lambda r: r["prompt_id"]))
 
 
 def _assemble(rows: list[dict]) -> FeatureSet:

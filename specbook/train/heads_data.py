@@ -16,11 +16,9 @@ report acceptance after training, never for a gradient step or for choosing a tr
 from __future__ import annotations
 
 import functools
-import hashlib
 import random
-from dataclasses import dataclass
 
-HELDOUT_PERCENT = 10
+from .prompts import Prompt, is_heldout, split
 
 SUBJECTS = [
     "photosynthesis", "black holes", "the water cycle", "volcanoes", "the human heart", "vaccines",
@@ -147,23 +145,6 @@ ITEMS = ["apples", "books", "pencils", "stickers", "marbles", "cookies", "ticket
 NAMES = ["Ana", "Ben", "Chen", "Dara", "Eli", "Fatima", "Gus", "Hana", "Ivan", "Jun"]
 
 
-@dataclass(frozen=True)
-class Prompt:
-    id: str  # stable: category/template/subject indices, never reused
-    category: str
-    text: str
-
-    @property
-    def heldout(self) -> bool:
-        return is_heldout(self.id)
-
-
-def is_heldout(prompt_id: str) -> bool:
-    """The split of a prompt id: a fixed hash, so the split never depends on list order."""
-    digest = hashlib.sha256(prompt_id.encode()).digest()
-    return int.from_bytes(digest[:4], "big") % 100 < HELDOUT_PERCENT
-
-
 def _math_prompts(n: int) -> list[Prompt]:
     rng = random.Random(1234)
     out = []
@@ -205,33 +186,6 @@ def _all_prompts() -> tuple[Prompt, ...]:
             out.append(Prompt(f"passage/{ti}/{pi}", "passage", tpl.format(p=passage)))
     out.extend(_math_prompts(60))
     return tuple(out)
-
-
-def split(prompts: list[Prompt] | None = None) -> tuple[list[Prompt], list[Prompt]]:
-    """(train, heldout) lists."""
-    prompts = all_prompts() if prompts is None else prompts
-    return [p for p in prompts if not p.heldout], [p for p in prompts if p.heldout]
-
-
-def sample_prompts(n: int, heldout: bool = False, seed: int = 0) -> list[Prompt]:
-    """A seeded sample of ``n`` prompts from one split, balanced over categories (round robin)."""
-    if n < 0:
-        raise ValueError(f"n must be >= 0, got {n}")
-    pool = split()[1 if heldout else 0]
-    by_cat: dict[str, list[Prompt]] = {}
-    for p in pool:
-        by_cat.setdefault(p.category, []).append(p)
-    rng = random.Random(seed)
-    for ps in by_cat.values():
-        rng.shuffle(ps)
-    out, i = [], 0
-    cats = sorted(by_cat)
-    while len(out) < min(n, len(pool)):
-        ps = by_cat[cats[i % len(cats)]]
-        if ps:
-            out.append(ps.pop())
-        i += 1
-    return out
 
 
 # Share of each category in the training mix, chosen to resemble what the heads will draft:
@@ -309,16 +263,8 @@ def overlaps(texts: list[str], prompts: list | None = None, span: int = 60) -> l
     return found
 
 
-def chat_ids(tokenizer, text: str) -> list[int]:
-    """The prompt as the instruct model sees it: chat template plus the assistant header."""
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-    if isinstance(ids, dict) or hasattr(ids, "keys"):
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]
-
-
 def main() -> None:
-    train, held = split()
+    train, held = split(all_prompts())
     cats = sorted({p.category for p in train + held})
     print(f"{len(train) + len(held)} prompts: {len(train)} train, {len(held)} held out")
     for c in cats:

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from ..drafters.medusa import WEIGHTS_DIR, MedusaConfig, MedusaHeads, save_medusa
 from . import recorded_command
 from .features import FeatureSet, draft_vocabulary, validation_indices
+from .schedule import warmup_cosine
 
 DEFAULT_NAME = "medusa_smollm2-135m"
 TREE_SIZES = (4, 8, 16, 24, 32, 48, 64)
@@ -80,8 +81,7 @@ def train_medusa(fs: FeatureSet, model, seqs: list[int], *, num_heads: int = 4, 
     steps = max(1, math.ceil(epochs * n / batch_size))
     opt = torch.optim.AdamW(heads.parameters(), lr=lr, weight_decay=0.0)
     warmup = min(50, steps // 10 + 1)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min(1.0, (i + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps)))
+    sched = warmup_cosine(opt, steps, warmup)
     weights = torch.tensor([0.8 ** k for k in range(num_heads)])
     log = {"positions": n, "steps": steps, "loss": []}
     t0 = time.perf_counter()
@@ -163,8 +163,10 @@ def best_choices(ranks: torch.Tensor, num_nodes: int, top_s: int | None = None) 
     return chosen
 
 
-def expected_tokens(ranks: torch.Tensor, choices: list[list[int]] | None, chain: int = 0) -> float:
-    """Mean tokens per target pass (accepted drafts + 1) on ``ranks`` for a tree, or a top-1 chain."""
+def tokens_per_pass(ranks: torch.Tensor, choices: list[list[int]] | None, chain: int = 0) -> float:
+    """Mean tokens per target pass (accepted drafts + 1) that a tree (or a top-1 chain of ``chain``
+    drafts) would give on measured head ``ranks``, greedy.  Not :func:`specbook.theory.expected_tokens`,
+    which is the i.i.d. formula in alpha and gamma."""
     if choices is None:
         ok = (ranks[:, :chain] == 0).long()
         return float(ok.cumprod(-1).sum(-1).float().mean() + 1)
@@ -216,8 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     report = {
         "top1_accuracy_heldout": [(held_ranks[:, k] == 0).float().mean().item() for k in range(args.heads)],
         "top5_accuracy_heldout": [(held_ranks[:, k] < 5).float().mean().item() for k in range(args.heads)],
-        "tau_chain_heldout": {g: expected_tokens(held_ranks, None, g) for g in range(1, args.heads + 1)},
-        "tau_tree_heldout": {n: expected_tokens(held_ranks, trees[n]) for n in trees},
+        "tau_chain_heldout": {g: tokens_per_pass(held_ranks, None, g) for g in range(1, args.heads + 1)},
+        "tau_tree_heldout": {n: tokens_per_pass(held_ranks, trees[n]) for n in trees},
     }
     meta = {
         "trees": trees, "default_tree": "16",

@@ -22,13 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .decode import generate, speculative_generate
-from .drafters import DraftModelDrafter, NGramDrafter
-from .models import LlamaTarget
-from .models.llama import LlamaModel
-from .protocols import Draft
-from .sampling import GREEDY, SamplingParams, logits_to_probs
-from .stats import chisquare_gof
+from ..decode import generate, speculative_generate
+from ..drafters import DraftModelDrafter, NGramDrafter
+from ..models import LlamaModel, LlamaTarget
+from ..sampling import GREEDY, SamplingParams, logits_to_probs
+from ..stats import chisquare_gof
 
 TIE_GAP = 1e-4  # SmolLM2's logits are O(10-30); float32 reordering moves them by ~1e-6
 
@@ -169,17 +167,8 @@ class GreedyDraftSoftmaxReported(DraftModelDrafter):
     draft's favourite; only a distribution test can see it.
     """
 
-    def propose(self, contexts, gamma, params, generator=None):
-        feed = self._sync(contexts)
-        tokens, probs = [], []
-        for _ in range(gamma):
-            logits = self.model.forward(feed)[:, -1]  # (B, V)
-            for cached, fed in zip(self._cached, feed.tolist()):
-                cached.extend(fed)
-            tokens.append(logits.argmax(-1))
-            probs.append(logits_to_probs(logits, params))
-            feed = tokens[-1][:, None]
-        return Draft(torch.stack(tokens, 1), torch.stack(probs, 1))  # (B, K), (B, K, V)
+    def draw(self, logits, params, generator):
+        return logits.argmax(-1), logits_to_probs(logits, params)  # the argmax, reported as if drawn from q
 
 
 @torch.no_grad()

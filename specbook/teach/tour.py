@@ -11,15 +11,15 @@ import time
 
 import torch
 
-from . import theory
-from .decode import generate, speculative_generate
-from .drafters import DraftModelDrafter
-from .laws import emission_law
-from .naive import NAIVE_RULES
-from .sampling import SamplingParams
-from .stats import chisquare_gof, counts_of
-from .toy import make_toy_pair
-from .verify import verify_chain
+from .. import theory
+from ..decode import generate, speculative_generate
+from ..drafters import DraftModelDrafter
+from ..laws import emission_law
+from ..naive import NAIVE_RULES
+from ..sampling import SamplingParams
+from ..stats import chisquare_gof, counts_of
+from ..toy import make_toy_pair
+from ..verify import verify_chain
 
 
 def _yield_table() -> str:

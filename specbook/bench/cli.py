@@ -43,10 +43,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from .bench_engines import (DRAFTERS, RunResult, SpecbookEngine, TransformersEngine, get_drafter,
-                            verify_cost_curve)
-from .bench_workloads import chat_ids, load_prompts, select
-from .sampling import SamplingParams
+from ..models.chat import chat_ids
+from ..sampling import SamplingParams
+from .engines import RunResult, SpecbookEngine, TransformersEngine
+from .registry import DRAFTERS, get_drafter
+from .timing import verify_cost_curve
+from .workloads import load_prompts, select
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
 ENGINES = ("specbook", "transformers")
@@ -217,9 +219,9 @@ def _names(text: str, allowed, what: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def run_bench(args) -> dict:
-    from .models.smollm2 import load_smollm2, model_dir
-
+def _settings(args) -> tuple[SamplingParams, list[str], list[str]]:
+    """Check the command line's numbers and names; (sampling params, engines, drafters with "none" first).
+    Also sets the thread count and warns when a busy machine will make multi-threaded timings noisy."""
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     if args.gamma < 1:
@@ -240,6 +242,13 @@ def run_bench(args) -> dict:
         print(f"bench: the machine is busy (load {load:.1f} on {os.cpu_count()} cores); with "
               f"{torch.get_num_threads()} threads every op waits for descheduled threads: consider --threads 1",
               file=sys.stderr)
+    return params, engines, drafters
+
+
+def run_bench(args) -> dict:
+    from ..models.smollm2 import load_smollm2, model_dir
+
+    params, engines, drafters = _settings(args)
     prompts = select(load_prompts(args.prompts), args.categories.split(",") if args.categories else None, args.limit)
     dtype = getattr(torch, args.dtype)
     model, tokenizer = load_smollm2(args.device, dtype)

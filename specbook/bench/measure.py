@@ -10,7 +10,7 @@ three on the real loop and compares the prediction with the stopwatch:
 * every ``propose`` and every target ``forward`` is timed by thin wrappers, so c is the
   drafter's own seconds per draft pass over the seconds of one plain decoding step (the
   same prompt decoded without a drafter, loop overhead included on both sides);
-* v(n) is the target's verify-cost curve (``bench_engines.verify_cost_curve``);
+* v(n) is the target's verify-cost curve (:func:`specbook.bench.timing.verify_cost_curve`);
 * alpha is the acceptance rate (accepted / verified drafts).
 
 Predictions, per step s with K_s drafts (variable for prompt lookup and adaptive gamma):
@@ -23,7 +23,7 @@ the realized tokens per step, which separates "acceptance is not i.i.d." (n-gram
 come in bursts) from "the costs are not what we measured" when the realized speedup
 departs from the prediction.
 
-    python -m specbook.drafters.measure --drafters ngram,draft --limit 2 --max-new-tokens 64
+    python -m specbook.bench.measure --drafters ngram,draft --limit 2 --max-new-tokens 64
 """
 from __future__ import annotations
 
@@ -37,9 +37,14 @@ from pathlib import Path
 import torch
 
 from ..decode import generate, speculative_generate
+from ..models import LlamaTarget
+from ..models.chat import chat_ids
 from ..protocols import Draft
 from ..sampling import GREEDY, SamplingParams
 from ..theory import expected_tokens
+from .registry import get_drafter
+from .timing import verify_cost_curve
+from .workloads import load_prompts, select
 
 
 class _Timed:
@@ -159,12 +164,9 @@ def simulate_greedy(drafter, prompt_ids: list[int], reference: list[int], gamma:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..bench_engines import get_drafter, verify_cost_curve
-    from ..bench_workloads import chat_ids, load_prompts, select
-    from ..models import LlamaTarget
     from ..models.smollm2 import load_smollm2
 
-    p = argparse.ArgumentParser(prog="python -m specbook.drafters.measure", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m specbook.bench.measure", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--drafters", default="ngram", help="comma-separated names from the bench registry")
     p.add_argument("--categories", default=None)

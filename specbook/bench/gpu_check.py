@@ -5,7 +5,7 @@ under five minutes it
 
 1. decodes a few benchmark prompts greedily four ways (specbook plain, specbook with
    prompt lookup, transformers ``generate``, transformers prompt lookup) and reports any
-   difference with its top-2 logit gap (:mod:`specbook.crosscheck`);
+   difference with its top-2 logit gap (:mod:`specbook.bench.crosscheck`);
 2. samples the first two tokens of many rows with speculative decoding (T = 1, and
    T = 1 with top-p 0.9) and with plain sampling, and tests them against the exact
    joint law by chi-square, plus a deliberately broken drafter that must be caught;
@@ -28,11 +28,12 @@ from pathlib import Path
 
 import torch
 
-from .bench_workloads import chat_ids, load_prompts
+from ..drafters import DraftModelDrafter
+from ..models.chat import chat_ids
+from ..sampling import SamplingParams
 from .crosscheck import (TIE_GAP, GreedyDraftSoftmaxReported, explain_divergence, greedy_four_ways, joint_law,
                          law_pvalue, sample_first_two)
-from .drafters import DraftModelDrafter
-from .sampling import SamplingParams
+from .workloads import load_prompts
 
 LEVEL = 1e-3  # per chi-square check; with 3 correct checks the chance of a false alarm is < 0.3%
 CUDA_TIE_GAP = 1e-3  # GPU kernels reorder float32 sums more than a CPU does
@@ -90,7 +91,7 @@ def sampling_checks(model, tokenizer, device: str, rows: int) -> list[dict]:
 
 def bench_checks(device: str, limit: int, max_new_tokens: int, curve_reps: int,
                  categories: str | None = None) -> tuple[list[dict], dict]:
-    from .bench import parse_args, run_bench
+    from .cli import parse_args, run_bench
 
     t0 = time.perf_counter()
     argv = ["--device", device, "--limit", str(limit), "--max-new-tokens", str(max_new_tokens),
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from transformers import LlamaForCausalLM
 
-    from .models.smollm2 import load_smollm2, model_dir
+    from ..models.smollm2 import load_smollm2, model_dir
 
     started = time.perf_counter()
     sizes = dict(new_tokens=6, n_prompts=1, rows=100, limit=1, max_new=4, reps=1, categories="code_edit") \

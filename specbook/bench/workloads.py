@@ -1,4 +1,4 @@
-"""Benchmark workloads: prompts by category, read from JSON lines, turned into chat token ids.
+"""Benchmark workloads: prompts by category, read from JSON lines (``models.chat.chat_ids`` makes their ids).
 
 Shape legend: T prompt length (tokens).
 
@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-BUILTIN_PROMPTS = Path(__file__).with_name("data") / "bench_prompts.jsonl"
+from ..train.prompts import BENCHMARK_PROMPTS as BUILTIN_PROMPTS
 CATEGORIES = ("code_edit", "summarize_quote", "rag_qa", "json_extract", "chat", "math")
 
 
@@ -87,13 +87,3 @@ def select(prompts: list[BenchPrompt], categories: list[str] | None = None, limi
         taken[p.category] = taken.get(p.category, 0) + 1
         keep.append(p)
     return keep
-
-
-def chat_ids(tokenizer, text: str) -> list[int]:
-    """Token ids of one user turn under the tokenizer's chat template, ready for the reply."""
-    if not getattr(tokenizer, "chat_template", None):
-        raise ValueError("the tokenizer has no chat template; cannot build chat prompts")
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-    if hasattr(ids, "keys"):  # transformers 5 returns a BatchEncoding
-        ids = ids["input_ids"]
-    return [int(i) for i in ids]

@@ -21,7 +21,8 @@ import math
 import ipywidgets as w
 import torch
 
-from . import lessons, plots, stats, theory
+from .. import stats, theory
+from . import plots, rules
 
 __all__ = ["YieldExplorer", "ProofExplorer"]
 
@@ -119,9 +120,9 @@ class ProofExplorer(_Explorer):
     """
 
     def __init__(self, match: float = 0.3, temperature: float = 0.6, sample_size: int = 5000,
-                 rule: str = lessons.CORRECT, seed: int = 0, level: float = 0.01, vocab_size: int = 8,
+                 rule: str = rules.CORRECT, seed: int = 0, level: float = 0.01, vocab_size: int = 8,
                  context_seed: int = 2, auto: bool = True):
-        lessons.rule(rule)  # validates the name
+        rules.rule(rule)  # validates the name
         if not 0 < level < 1:
             raise ValueError(f"level must be in (0, 1), got {level!r}")
         self.level, self.vocab_size, self.context_seed = level, vocab_size, context_seed
@@ -133,7 +134,7 @@ class ProofExplorer(_Explorer):
                                          readout_format=".2f", continuous_update=False, style=style, layout=layout)
         self.sample_size = w.IntSlider(value=sample_size, min=100, max=20000, step=100, description="sample size",
                                        continuous_update=False, style=style, layout=layout)
-        self.rule = w.Dropdown(options=list(lessons.RULES), value=rule, description="histogram of",
+        self.rule = w.Dropdown(options=list(rules.RULES), value=rule, description="histogram of",
                                style=style, layout=layout)
         self.seed = w.IntText(value=seed, description="seed", style=style, layout=w.Layout(width="220px"))
         self.auto = w.Checkbox(value=auto, description="update on every change")
@@ -157,8 +158,8 @@ class ProofExplorer(_Explorer):
         """Inputs, and per rule: pvalue, statistic, dof, tv (total variation from p), power, rejected."""
         return {k: (dict(v) if isinstance(v, dict) else v) for k, v in self._values.items()}
 
-    def setup(self) -> lessons.PositionSetup:
-        return lessons.position_setup(float(self.match.value), float(self.temperature.value),
+    def setup(self) -> rules.PositionSetup:
+        return rules.position_setup(float(self.match.value), float(self.temperature.value),
                                       self.vocab_size, self.context_seed)
 
     def update(self) -> None:
@@ -166,7 +167,7 @@ class ProofExplorer(_Explorer):
         n = int(self.sample_size.value)
         p = setup.target_probs.numpy()
         results = {}
-        for i, (name, r) in enumerate(lessons.RULES.items()):
+        for i, (name, r) in enumerate(rules.RULES.items()):
             g = torch.Generator().manual_seed(int(self.seed.value) * 1000 + i)
             law = r.law(setup)
             counts = stats.counts_of(r.sample(setup, n, g), self.vocab_size)

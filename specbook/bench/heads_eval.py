@@ -1,9 +1,9 @@
 """Measure the shipped Medusa and EAGLE heads on SmolLM2: tau per category, speedup, verify cost.
 
-    python -m specbook.train.heads_eval --curve            # target forward time vs tree size (this CPU)
-    python -m specbook.train.heads_eval --tau              # tau per benchmark category, chain vs tree,
+    python -m specbook.bench.heads_eval --curve            # target forward time vs tree size (this CPU)
+    python -m specbook.bench.heads_eval --tau              # tau per benchmark category, chain vs tree,
                                                            # Medusa vs EAGLE, temperature 0 and 1
-    python -m specbook.train.heads_eval --speed --nodes 8 16 24 32   # wall clock vs plain decoding
+    python -m specbook.bench.heads_eval --speed --nodes 8 16 24 32   # wall clock vs plain decoding
 
 Prompts are the benchmark's (``specbook/data/bench_prompts.jsonl``), disjoint from the heads'
 training prompts (checked here).  tau = emitted tokens / target passes, summed over a
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
@@ -22,13 +21,17 @@ import torch
 from ..decode import generate, speculative_generate
 from ..drafters.eagle import DynamicTree, EagleDrafter
 from ..drafters.medusa import MedusaDrafter
+from ..models import LlamaTarget
+from ..models.chat import chat_ids
 from ..sampling import SamplingParams
-from .heads_data import chat_ids, overlaps
+from ..train.heads_data import overlaps
+from .timing import verify_cost_curve
+from .workloads import load_prompts
+
+TREE_SIZES = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # nodes verified in one pass, for --curve
 
 
 def bench_prompts(tokenizer, per_category: int):
-    from ..bench_workloads import load_prompts
-
     prompts = load_prompts()
     shared = overlaps([p.prompt for p in prompts])
     if shared:
@@ -39,26 +42,6 @@ def bench_prompts(tokenizer, per_category: int):
         if len(by_cat[p.category]) < per_category:
             by_cat[p.category].append(torch.tensor(chat_ids(tokenizer, p.prompt)))
     return by_cat
-
-
-@torch.no_grad()
-def verify_cost_curve(target, context_length: int = 300, sizes=(1, 2, 4, 8, 16, 24, 32, 48, 64), reps: int = 7):
-    """Median seconds of one target forward over N new tree nodes after ``context_length`` cached tokens."""
-    g = torch.Generator().manual_seed(0)
-    target.reset(1)
-    target.forward(torch.randint(0, 1000, (1, context_length), generator=g))
-    out = {}
-    for n in sizes:
-        parents = torch.arange(-1, n - 1)  # the shape does not change the arithmetic, only the mask
-        times = []
-        for _ in range(reps):
-            lengths = target.cache_lengths.clone()
-            t0 = time.perf_counter()
-            target.forward(torch.randint(0, 1000, (1, n), generator=g), parents=parents)
-            times.append(time.perf_counter() - t0)
-            target.rollback(lengths)
-        out[n] = statistics.median(times)
-    return out
 
 
 def configs(model, nodes: int | None = None, medusa_nodes: int | None = None):
@@ -112,7 +95,6 @@ def speed_table(target, model, by_cat: dict, new_tokens: int, node_sizes, gamma:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ..models import LlamaTarget
     from ..models.smollm2 import load_smollm2
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -133,11 +115,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"torch threads: {torch.get_num_threads()}")
     report = {}
     if args.curve:
-        curve = verify_cost_curve(target)
-        base = curve[1]
-        for n, s in curve.items():
-            print(f"  {n:3d} nodes: {1000 * s:7.1f} ms  ({s / base:.2f}x one token)")
-        report["verify_cost_ms"] = {n: round(1000 * s, 2) for n, s in curve.items()}
+        context = torch.randint(0, 1000, (300,), generator=torch.Generator().manual_seed(0)).tolist()
+        curve = verify_cost_curve(target, context, sizes=TREE_SIZES, reps=7, tree=True)
+        for n, s, v in zip(curve["n"], curve["seconds"], curve["v"]):
+            print(f"  {n:3d} nodes: {1000 * s:7.1f} ms  ({v:.2f}x one token)")
+        report["verify_cost_ms"] = {n: round(1000 * s, 2) for n, s in zip(curve["n"], curve["seconds"])}
     by_cat = bench_prompts(tokenizer, args.per_category) if (args.tau or args.speed) else {}
     if args.tau:
         rows = tau_table(target, configs(model), by_cat, args.new_tokens, (0.0, 1.0), args.gamma)

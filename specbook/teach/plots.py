@@ -5,7 +5,7 @@ Every function draws into ``ax`` when given one, otherwise into a fresh
 nothing is shown or kept alive behind the caller's back; widgets render these
 to PNG with :func:`figure_to_png`).  Each returns the figure it drew on.
 
-Shape legend: V vocab, A number of alphas, G number of gammas.
+Shape legend: V vocab, A number of alphas, G number of gammas, N tree nodes, T cached context.
 """
 from __future__ import annotations
 
@@ -13,16 +13,19 @@ import io
 from typing import Mapping, Sequence
 
 import numpy as np
+import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from . import theory
-from .lessons import KIND_COLOURS, Trace
+from .. import theory
+from ..tree import attention_mask, check_parents, children, depths, path_to
+from .html import KIND_COLOURS
+from .trace import Trace
 
 __all__ = [
     "LessonFigure", "new_figure", "figure_to_png", "plot_trace", "plot_laws", "plot_bias", "plot_emission", "plot_yield",
-    "plot_speedup", "plot_break_even", "plot_roofline", "plot_explorer", "plot_curves",
+    "plot_speedup", "plot_break_even", "plot_roofline", "plot_explorer", "plot_curves", "draw_tree",
 ]
 
 
@@ -76,7 +79,7 @@ def _names(token_names, V: int) -> list[str]:
 def plot_trace(trace: Trace, token_names: Sequence[str] | None = None, max_steps: int = 12, ax=None) -> Figure:
     """One row per target pass: each drafted token coloured by its fate, then the corrected/bonus token."""
     if not isinstance(trace, Trace):
-        raise ValueError(f"trace must be a specbook.lessons.Trace, got {type(trace).__name__}")
+        raise ValueError(f"trace must be a specbook.teach.trace.Trace, got {type(trace).__name__}")
     steps = trace.steps[:max_steps]
     width = max((len(s.kinds()) for s in steps), default=1)
     fig, ax = _axes(ax, max(4.8, 1.2 + 0.62 * width), 1.3 + 0.36 * len(steps))
@@ -298,4 +301,74 @@ def plot_curves(x: Sequence[float], curves: Mapping[str, Sequence[float]], xlabe
     if title:
         ax.set_title(title)
     ax.legend(fontsize=8)
+    return fig
+
+
+def draw_tree(parents: torch.Tensor, tokens: Sequence | None = None, context_length: int = 2,
+              accepted: Sequence[int] | None = None, ax=None):
+    """Draw the tree (left) and its attention mask over ``context_length`` cached tokens (right).
+
+    tokens:   optional labels per node (ints or strings); otherwise nodes are labelled by index.
+    accepted: optional root-to-node path (node indices) to highlight, e.g. a verifier's ``path``.
+    ax:       optional pair of axes to draw into; otherwise a new figure.  Returns the figure.
+    """
+    check_parents(parents)
+    N = len(parents)
+    labels = [str(t) for t in tokens] if tokens is not None else [str(i) for i in range(N)]
+    if len(labels) != N:
+        raise ValueError(f"tokens has {len(labels)} labels for {N} nodes")
+    on_path = set(int(i) for i in (accepted or []))
+    if accepted is not None and accepted and list(accepted) != path_to(parents, int(accepted[-1])):
+        raise ValueError(f"accepted={list(accepted)} is not a root-to-node path of this tree")
+    if ax is None:
+        fig = new_figure(9.0, max(2.5, 0.45 * N + 1.0))
+        ax_tree, ax_mask = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.2]})
+    else:
+        ax_tree, ax_mask = ax
+        fig = ax_tree.figure
+
+    # tree: x = depth, y = order of first leaf below (leaves spread out evenly)
+    d = depths(parents).tolist()
+    kids = children(parents)
+    y: dict[int, float] = {}
+    next_leaf = [0.0]
+
+    def place(node: int) -> float:
+        below = kids[node]
+        y[node] = next_leaf[0] if not below else sum(place(c) for c in below) / len(below)
+        if not below:
+            next_leaf[0] += 1
+        return y[node]
+
+    roots = kids[N]
+    root_y = sum(place(r) for r in roots) / len(roots) if roots else 0.0
+    for i in range(N):
+        par = int(parents[i])
+        px, py = (-1, root_y) if par < 0 else (d[par], y[par])
+        lit = i in on_path and (par < 0 or par in on_path)
+        ax_tree.plot([px, d[i]], [py, y[i]], color="tab:green" if lit else "0.6", lw=2.5 if lit else 1, zorder=1)
+    ax_tree.scatter([-1], [root_y], s=500, color="0.85", edgecolor="k", zorder=2)
+    ax_tree.text(-1, root_y, "ctx", ha="center", va="center", fontsize=8, zorder=3)
+    for i in range(N):
+        ax_tree.scatter([d[i]], [y[i]], s=500, zorder=2, edgecolor="k",
+                        color="tab:green" if i in on_path else "white")
+        ax_tree.text(d[i], y[i], labels[i], ha="center", va="center", fontsize=8, zorder=3)
+        ax_tree.text(d[i] + 0.22, y[i] + 0.22, f"#{i}", fontsize=6, color="0.4")
+    ax_tree.set_xticks(range(-1, max(d, default=-1) + 1),
+                       ["ctx"] + [f"depth {k}" for k in range(max(d, default=-1) + 1)], fontsize=7)
+    ax_tree.set_yticks([])
+    ax_tree.margins(0.15)
+    ax_tree.invert_yaxis()
+    ax_tree.set_title("draft tree (siblings tried top to bottom)", fontsize=9)
+    for side in ("top", "right", "left"):
+        ax_tree.spines[side].set_visible(False)
+
+    mask = attention_mask(parents, context_length).cpu().numpy()  # (N, T + N)
+    ax_mask.imshow(mask, cmap="Greens", vmin=0, vmax=1.4, aspect="auto")
+    cols = [f"c{j}" for j in range(context_length)] + [f"#{i}" for i in range(N)]
+    ax_mask.set_xticks(range(context_length + N), cols, fontsize=7, rotation=90)
+    ax_mask.set_yticks(range(N), [f"#{i} {labels[i]}" for i in range(N)], fontsize=7)
+    if context_length:
+        ax_mask.axvline(context_length - 0.5, color="k", lw=1)
+    ax_mask.set_title("attention mask (row attends to column)", fontsize=9)
     return fig

@@ -1,0 +1,170 @@
+"""Every stopwatch of the benchmark: one interleaved timer, one verify-cost curve, draft costs.
+
+Shape legend: T context length, n new positions in one target forward.
+
+Leviathan et al. (2023, Thm 3.8 and sec. 3.4) predict the speedup of speculative decoding
+from alpha, the draft cost c (one draft step / one target step) and, on real hardware,
+the verify cost v(n) (one target forward over n new positions / over one).  c and v are
+measurements of this machine, and they are made here, all through :func:`interleaved_medians`:
+each repetition visits the settings in an order rotated by one, so that drifting machine
+load (other processes, frequency scaling) spreads over all of them instead of landing on
+whichever ran last, and the median of each setting is reported.
+
+* :func:`verify_cost_curve`: v(n) for a target (``LlamaTarget`` or a transformers model);
+  :func:`machine_verify_cost` is the same curve for a bare ``LlamaModel``, after a fixed
+  128-token context (what the adaptive drafters and the exit-layer survey use).
+* :func:`relative_cost`: c of a draft model against its target.
+* :func:`exit_layer_costs`: c(L) of the target's own early exit at layer L.
+"""
+from __future__ import annotations
+
+import inspect
+import statistics
+import time
+from collections.abc import Callable, Hashable, Sequence
+
+import torch
+
+from ..models import LlamaModel, LlamaTarget
+
+
+def synchronize(device: torch.device | str | None) -> None:
+    """Wait for queued work on a CUDA device (a no-op elsewhere), so a stopwatch reads finished work."""
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def interleaved_medians(keys: Sequence[Hashable], run: Callable, *, reps: int, warmup: int = 0,
+                        after: Callable | None = None, device=None) -> dict:
+    """{key: median seconds of ``run(key)``} over ``reps`` timed rounds after ``warmup`` untimed ones.
+
+    Round r visits ``keys`` starting at index r mod len(keys).  ``after(key)``, untimed, runs
+    after every call (e.g. rolling a cache back to where the timed forward started).
+    """
+    if not isinstance(reps, int) or reps < 1:
+        raise ValueError(f"reps must be an int >= 1, got {reps!r}")
+    if not keys:
+        raise ValueError("keys must name at least one setting to time")
+    keys = list(keys)
+    times: dict = {k: [] for k in keys}
+    for rnd in range(warmup + reps):
+        start = rnd % len(keys)
+        for k in keys[start:] + keys[:start]:
+            synchronize(device)
+            t0 = time.perf_counter()
+            run(k)
+            synchronize(device)
+            if rnd >= warmup:
+                times[k].append(time.perf_counter() - t0)
+            if after is not None:
+                after(k)
+    return {k: statistics.median(times[k]) for k in keys}
+
+
+class _HFChain:
+    """The smallest Target-like wrapper of a transformers model: append a chain, crop back."""
+
+    def __init__(self, hf_model):
+        self.model = hf_model
+        self.device = next(hf_model.parameters()).device
+        self.cache, self.length = None, 0
+        # transformers 5 renamed `past_key_values` to `cache`
+        self._cache_kwarg = "cache" if "cache" in inspect.signature(hf_model.forward).parameters else "past_key_values"
+
+    def reset(self, batch_size: int = 1) -> None:
+        from transformers import DynamicCache
+
+        self.cache, self.length = DynamicCache(), 0
+
+    @torch.no_grad()
+    def forward(self, tokens: torch.Tensor, parents=None) -> torch.Tensor:
+        if parents is not None:
+            raise ValueError("a transformers model is timed on chains only (parents must be None)")
+        n = tokens.shape[1]
+        positions = torch.arange(self.length, self.length + n, device=self.device)[None]
+        out = self.model(input_ids=tokens, position_ids=positions, use_cache=True,
+                         **{self._cache_kwarg: self.cache})
+        self.length += n
+        return out.logits
+
+    def rollback(self, lengths) -> None:
+        keep = int(lengths[0])
+        if keep < self.length:
+            self.cache.crop(keep - self.length)  # negative = tokens to drop (transformers 4 and 5)
+        self.length = keep
+
+
+def verify_cost_curve(target, context_ids: list[int], max_positions: int = 17, reps: int = 5, *,
+                      sizes: Sequence[int] | None = None, tree: bool = False) -> dict:
+    """Median time of one forward over n new positions after ``context_ids``, for n = 1..max_positions.
+
+    target: a :class:`LlamaTarget`, or a transformers causal LM (timed through its own
+            ``forward`` with a ``DynamicCache``).
+    sizes:  the n to time instead of 1..max_positions (must include 1, the unit of v).
+    tree:   pass the n positions as a tree (a chain written as parent links), so the
+            ``LlamaTarget`` builds its tree mask as a verify pass over a draft tree does.
+    Returns {"n": [...], "seconds": [...], "v": [t(n) / t(1)], "context": T, "reps": reps}.
+    """
+    if not isinstance(max_positions, int) or max_positions < 1:
+        raise ValueError(f"max_positions must be an int >= 1, got {max_positions!r}")
+    if not isinstance(reps, int) or reps < 1:
+        raise ValueError(f"reps must be an int >= 1, got {reps!r}")
+    if not context_ids:
+        raise ValueError("context_ids must hold at least one token")
+    ns = list(range(1, max_positions + 1)) if sizes is None else [int(n) for n in sizes]
+    if 1 not in ns or min(ns) < 1:
+        raise ValueError(f"sizes must be positive and include 1 (the unit of v), got {sizes!r}")
+    chain = target if isinstance(target, LlamaTarget) else _HFChain(target)
+    if tree and not isinstance(chain, LlamaTarget):
+        raise ValueError("tree=True needs a LlamaTarget (a transformers model is timed on chains)")
+    device, m = chain.device, max(ns)
+    ctx = torch.tensor([context_ids], dtype=torch.long, device=device)  # (1, T)
+    chain.reset(1)
+    chain.forward(ctx)
+    base = torch.tensor([len(context_ids)])
+    fresh = ctx[:, -m:].repeat(1, m)[:, :m]  # (1, m) any tokens
+    parents = {n: torch.arange(-1, n - 1) if tree else None for n in ns}  # a chain as parent links
+    chain.forward(fresh[:, :1])  # warm-up
+    chain.rollback(base)
+    med = interleaved_medians(ns, lambda n: chain.forward(fresh[:, :n], parents[n]), reps=reps,
+                              after=lambda n: chain.rollback(base), device=device)
+    seconds = [med[n] for n in ns]
+    return {"n": ns, "seconds": seconds, "v": [s / med[1] for s in seconds], "context": len(context_ids),
+            "reps": reps}
+
+
+def machine_verify_cost(model: LlamaModel, max_positions: int = 9, reps: int = 3) -> list[float]:
+    """[v(1), ..., v(max_positions)] for ``model`` on this machine, measured now after a 128-token context."""
+    target = LlamaTarget(model, max_length=160)
+    return verify_cost_curve(target, list(range(1000, 1128)), max_positions=max_positions, reps=reps)["v"]
+
+
+@torch.no_grad()
+def relative_cost(draft: LlamaModel, target: LlamaModel, context: int = 128, reps: int = 7) -> float:
+    """c: median time of one draft step over one target step (one token on a cached context), interleaved."""
+    models = {"target": target, "draft": draft}
+    caches = {k: m.make_cache(1, context + 2) for k, m in models.items()}
+    x = torch.zeros(1, context, dtype=torch.long, device=target.embed.weight.device)  # (1, T)
+    for k, m in models.items():
+        m(x, caches[k], logits_to_keep=1)
+    base = {k: c.lengths.clone() for k, c in caches.items()}
+    med = interleaved_medians(list(models), lambda k: models[k](x[:, :1], caches[k]).float().argmax(-1).item(),
+                              reps=reps, warmup=1, after=lambda k: caches[k].rollback(base[k]))
+    return med["draft"] / med["target"]
+
+
+@torch.no_grad()
+def exit_layer_costs(model: LlamaModel, layers: list[int], context: int = 128, reps: int = 15) -> dict[int, float]:
+    """c(L): time of one early-exit step at layer L over one full target step (1 token, cached context)."""
+    n = model.config.n_layers
+    for L in layers:
+        if not isinstance(L, int) or not 1 <= L < n:
+            raise ValueError(f"exit layers must be ints in [1, {n - 1}], got {L!r}")
+    cache = model.make_cache(1, context + 2)
+    x = torch.zeros(1, context, dtype=torch.long, device=model.embed.weight.device)  # (1, T)
+    model(x, cache, logits_to_keep=1)
+    base = cache.lengths.clone()
+    # .item(): wait for the device
+    med = interleaved_medians([*layers, n], lambda L: model(x[:, :1], cache, exit_layer=L).float().argmax(-1).item(),
+                              reps=reps, warmup=1, after=lambda L: cache.rollback(base))
+    return {L: med[L] / med[n] for L in layers}

@@ -1,0 +1,27 @@
+"""Teaching helpers for the lessons, one concept per module (layer 3: above the core, the
+models, the drafters and the checker; nothing below imports it).
+
+* :mod:`~specbook.teach.trace`       step-by-step traces, recorded on the decode loop's ``on_step`` hook
+* :mod:`~specbook.teach.html`        the traces as coloured HTML
+* :mod:`~specbook.teach.rules`       one position, many acceptance rules (exact law + sampler each)
+* :mod:`~specbook.teach.buggy`       a drafter with the sampling-parameter bug
+* :mod:`~specbook.teach.acceptance`  constant-acceptance pairs, accepted-count law, per-context overlap
+* :mod:`~specbook.teach.plots`       the lessons' matplotlib figures (tree drawing included)
+* :mod:`~specbook.teach.widgets`     the ipywidgets explorers
+* :mod:`~specbook.teach.tour`        ``python -m specbook tour``
+
+Submodules are imported on first use (matplotlib and ipywidgets are not loaded by ``import
+specbook.teach``).
+"""
+from __future__ import annotations
+
+import importlib
+
+_SUBMODULES = {"trace", "html", "rules", "buggy", "acceptance", "plots", "widgets", "tour"}
+
+
+def __getattr__(name: str):
+    """``specbook.teach.plots`` and the others are imported on first use."""
+    if name not in _SUBMODULES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return importlib.import_module(f"{__name__}.{name}")
