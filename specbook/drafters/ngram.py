@@ -126,8 +126,8 @@ class NGramDrafter:
         keep = [r for r in rows if r < len(self._rows)]
         self._rows = [self._rows[r] for r in keep]
         self._shown = [self._shown[r] for r in keep]
-        if self.last_match_lengths:
-            self.last_match_lengths = [self.last_match_lengths[r] for r in keep]
+        if self.match_lengths:
+            self.match_lengths = [self.match_lengths[r] for r in keep]
 
     def lookup(self, context: list[int], gamma: int) -> list[int]:
         """Drafts for one history, from a fresh index (for teaching and tests; ``propose`` is incremental)."""
