@@ -142,15 +142,16 @@ def test_on_step_sees_every_pass_and_changes_nothing(params):
     assert len(steps) == hooked.stats.target_passes
     rows: list[list[int]] = [[], []]
     for step in steps:
-        assert step.path is None and step.target_logits.shape == (2, step.draft.num_tokens + 1, 6)
+        B = len(step.rows)  # a row that reached its budget has left the batch
+        assert step.path is None and step.target_logits.shape == (B, step.draft.num_tokens + 1, 6)
         if params.greedy:
             assert step.target_probs is None
         else:
             assert torch.equal(step.target_probs, logits_to_probs(step.target_logits, params))
-        for row, new, n in zip(rows, step.tokens.tolist(), step.num_emitted.tolist()):
-            row.extend(new[:n])
-    assert [r[:30] for r in rows] == hooked.new_tokens.tolist()
-    with pytest.raises(ValueError, match="on_step"):
+        for b, new, n in zip(step.rows, step.tokens.tolist(), step.kept.tolist()):
+            rows[b].extend(new[:n])
+    assert rows == hooked.new_tokens.tolist()
+    with pytest.raises(TypeError, match="on_step"):
         speculative_generate(target, DraftModelDrafter(draft), prompts, 5, params, on_step="print")
 
 
