@@ -184,7 +184,7 @@ _alpha = (sum(k * n for k, n in enumerate(ACCEPTED_HISTOGRAM))
 _c = DRAFT_STEP_MS / TARGET_STEP_MS
 _best = _theory.optimal_gamma(_alpha, _c, lambda g: VERIFY_COST[g + 1], max_gamma=5)
 _paper = _theory.optimal_gamma(_alpha, _c, 1.0, max_gamma=5)
-assert abs(ALPHA - _alpha) < 0.005, f"ALPHA = {ALPHA!r}: alpha is accepted / verified (not accepted / proposed)"
+assert abs(ALPHA - _alpha) < 0.005, f"ALPHA = {ALPHA!r}: divide the accepted drafts by the verified ones, not by all proposed drafts"
 assert abs(C - _c) < 0.005, f"C = {C!r}: the draft step's time over the target step's"
 assert BEST_GAMMA == _best[0] and abs(BEST_SPEEDUP - _best[1]) < 0.005, (
     f"BEST_GAMMA, BEST_SPEEDUP = {BEST_GAMMA}, {BEST_SPEEDUP:.3f} is not the best draft length on the measured curve")
