@@ -89,7 +89,7 @@ def test_reference_solution_gets_full_marks(course_dir, name):
     result = course.grade(name, "reference", course_dir)
     assert result["score"] == result["max_score"] == 10, result
     assert result["feedback"].exists()
-    if name != "03_tree_mask":  # the notebook's own check cell shows the checker's verdict
+    if name not in ("03_tree_mask", "04_choose_gamma"):  # the notebook's own check cell shows the checker's verdict
         graded = nbformat.read(course_dir / "autograded" / "reference" / name / f"{name}.ipynb", as_version=4)
         check = next(c for c in graded.cells if c.metadata["nbgrader"]["grade_id"] == "check_your_work")
         assert "PASSED" in str(check.outputs)
@@ -123,22 +123,103 @@ NO_VALIDATION = '''def tree_mask(parents):
     return mask
 '''
 
-BUGGY = {  # assignment -> (answers, cell that must lose its points, words the feedback must show)
-    "01_acceptance_rule": ({"accept_token": RESAMPLE_FROM_P}, "rule_law",
-                           ["What went wrong", "residual after a rejection", "Hint"]),
-    "02_chain_verifier": ({"verify_row": GREEDY_BONUS}, "verify_law", ["What went wrong", "bonus token", "last row"]),
-    "03_tree_mask": ({"tree_mask": NO_VALIDATION}, "mask_tests", ["should raise ValueError"]),
+ALPHA_PER_PROPOSED = '''def estimate_alpha(histogram, gamma):
+    accepted = sum(k * n for k, n in enumerate(histogram))
+    return accepted / (gamma * sum(histogram))
+'''
+
+VERIFY_COST_OFF_BY_ONE = '''def predicted_speedup(alpha, gamma, c, verify_cost):
+    if gamma == 0:
+        return 1.0
+    return expected_tokens(alpha, gamma) / (gamma * c + verify_cost[gamma])
+'''
+
+PAPER_SPEEDUP_REPORTED = '''ALPHA = estimate_alpha(ACCEPTED_HISTOGRAM, RUN_GAMMA)
+C = DRAFT_STEP_MS / TARGET_STEP_MS
+on_curve = {g: predicted_speedup(ALPHA, g, C, VERIFY_COST) for g in range(1, 6)}
+with_v1 = {g: predicted_speedup(ALPHA, g, C, {n: 1.0 for n in range(1, 7)}) for g in range(1, 6)}
+BEST_GAMMA = max(on_curve, key=on_curve.get)
+BEST_SPEEDUP = on_curve[BEST_GAMMA]
+PAPER_GAMMA = max(with_v1, key=with_v1.get)
+PAPER_GAMMA_SPEEDUP = with_v1[PAPER_GAMMA]
+'''
+
+UNFIXED = '''def speculative_token(target_logits, draft_logits, draft_token, temperature, generator=None):
+    return given_speculative_token(target_logits, draft_logits, draft_token, temperature, generator)
+'''
+
+TEMPERATURE_DROPPED = '''def speculative_token(target_logits, draft_logits, draft_token, temperature, generator=None):
+    return given_speculative_token(target_logits, draft_logits, draft_token, 1.0, generator)
+'''
+
+WRONG_DIAGNOSIS = '''EXACT_AT_TEMPERATURE = 0.0
+BUGGY_Q = sampling_probs(example_draft_logits, example_temperature)
+'''
+
+SIBLINGS_WITHOUT_RESIDUAL = '''def verify_tree_row(target_probs, draft_probs, draft_tokens, parents, generator=None):
+    V = target_probs.shape[-1]
+    out, node, p = [], -1, target_probs[0]
+    while True:
+        for child in children_of(parents, node):
+            x = int(draft_tokens[child])
+            q = torch.nn.functional.one_hot(torch.tensor(x), V).to(p.dtype) if draft_probs is None else draft_probs[child]
+            if torch.rand((), generator=generator, dtype=p.dtype) * q[x] < p[x]:
+                out.append(x)
+                node, p = child, target_probs[child + 1]
+                break
+        else:
+            out.append(int(torch.multinomial(p, 1, generator=generator)))
+            return torch.tensor(out)
+'''
+
+PARENT_ROW = SIBLINGS_WITHOUT_RESIDUAL.replace("target_probs[child + 1]", "target_probs[child]").replace(
+    "                break", "                break\n            p = residual(p, q)")
+
+# (assignment, label) -> (answers, cells that must lose all their points, words the feedback must show);
+# every other cell must keep full marks.
+BUGGY = {
+    ("01_acceptance_rule", "resample from p"): ({"accept_token": RESAMPLE_FROM_P}, ("rule_law",),
+                                                ["What went wrong", "residual after a rejection", "Hint"]),
+    ("02_chain_verifier", "greedy bonus"): ({"verify_row": GREEDY_BONUS}, ("verify_law",),
+                                            ["What went wrong", "bonus token", "last row"]),
+    ("03_tree_mask", "no validation"): ({"tree_mask": NO_VALIDATION}, ("mask_tests",), ["should raise ValueError"]),
+    ("04_choose_gamma", "alpha per proposed"): ({"estimate_alpha": ALPHA_PER_PROPOSED}, ("alpha_tests", "answers_tests"),
+                                                ["verified one draft more than it accepted"]),
+    ("04_choose_gamma", "v(gamma)"): ({"predicted_speedup": VERIFY_COST_OFF_BY_ONE}, ("speedup_tests", "answers_tests"),
+                                      ["plus one pass over gamma + 1 positions"]),
+    ("04_choose_gamma", "paper speedup"): ({"answers": PAPER_SPEEDUP_REPORTED}, ("answers_tests",),
+                                           ["cannot lose to another choice"]),
+    ("05_find_the_bug", "unfixed"): ({"speculative_token": UNFIXED}, ("fix_properties", "fix_law"),
+                                     ["same logits on both sides"]),
+    ("05_find_the_bug", "temperature dropped"): ({"speculative_token": TEMPERATURE_DROPPED}, ("fix_law",),
+                                                 ["What went wrong", "Hint"]),
+    ("05_find_the_bug", "wrong diagnosis"): ({"diagnosis": WRONG_DIAGNOSIS}, ("diagnosis_tests",),
+                                             ["EXACT_AT_TEMPERATURE = 0.0"]),
+    ("06_tree_verifier", "siblings without residual"): ({"verify_tree_row": SIBLINGS_WITHOUT_RESIDUAL},
+                                                        ("chain_law", "tree_law"), ["What went wrong", "residual"]),
+    ("06_tree_verifier", "parent's row"): ({"verify_tree_row": PARENT_ROW}, ("verify_properties", "chain_law", "tree_law"),
+                                           ["What went wrong", "row (node + 1)"]),
 }
 
 
-@pytest.mark.parametrize("name", course.ASSIGNMENTS)
-def test_buggy_solution_fails_the_hidden_test_with_an_explanation(course_dir, name):
-    answers, lost, words = BUGGY[name]
-    course.submit(name, "buggy", {**course.solutions(name), **answers}, course_dir)
-    result = course.grade(name, "buggy", course_dir)
-    score, max_score = result["cells"][lost]
-    assert score == 0 and max_score > 0, result
-    assert all(s == m for cell, (s, m) in result["cells"].items() if cell != lost), result  # visible tests pass
+def test_every_assignment_has_a_broken_submission():
+    for name in course.ASSIGNMENTS:
+        assert any(n == name for n, _ in BUGGY), name
+    for name in course.ASSIGNMENTS[3:]:  # the assignments that test understanding: at least two each
+        assert sum(n == name for n, _ in BUGGY) >= 2, name
+
+
+@pytest.mark.parametrize("name,label", list(BUGGY), ids=[f"{n}-{l}" for n, l in BUGGY])
+def test_buggy_solution_fails_the_hidden_test_with_an_explanation(course_dir, name, label):
+    answers, lost, words = BUGGY[name, label]
+    student = "buggy-" + label.replace(" ", "-").replace("(", "").replace(")", "").replace("'", "")
+    course.submit(name, student, {**course.solutions(name), **answers}, course_dir)
+    result = course.grade(name, student, course_dir)
+    for cell in lost:
+        score, max_score = result["cells"][cell]
+        assert score == 0 and max_score > 0, (cell, result)
+    assert all(s == m for cell, (s, m) in result["cells"].items() if cell not in lost), result  # other tests pass
+    assert result["score"] < result["max_score"]
     html = result["feedback"].read_text()
     for word in words:
         assert word in html, word

@@ -27,6 +27,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 LESSONS = {
     "01_the_loop": "all lesson-1 checks passed",
     "02_rule_and_proof": "all lesson-2 checks passed",
+    "02b_statistics_primer": "all primer checks passed",
     "03_yield_and_speedup": "all lesson-3 checks passed",
 }
 WIDGETS = {"02_rule_and_proof": "ProofExplorer", "03_yield_and_speedup": "YieldExplorer"}
@@ -91,6 +92,8 @@ BREAKS = {
     "01_the_loop": "import specbook.verify as _v\n_v.residual = lambda target_probs, draft_probs: target_probs",
     # lesson 2: an acceptance probability of p/q without the min(1, .)
     "02_rule_and_proof": "laws.accept_prob = lambda p_x, q_x: (p_x / q_x) if q_x else 1",
+    # primer: Holm replaced by uncorrected tests at level alpha each
+    "02b_statistics_primer": "stats.holm = lambda pvalues, alpha: [float(x) <= alpha for x in pvalues]",
     # lesson 3: E[tokens] without the bonus token
     "03_yield_and_speedup": ("_e = theory.expected_tokens\n"
                              "theory.expected_tokens = lambda a, g: _e(a, g) - a ** g"),

@@ -1,0 +1,199 @@
+# ---
+# jupyter:
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "intro", "locked": true, "schema_version": 3, "solution": false}
+# # Assignment 4: choose the draft length from measurements, and predict the speedup
+#
+# You are handed three measurements from one machine and one drafter, and must decide how many
+# tokens to draft per round (gamma) and say how much faster decoding will be.
+#
+# * a **verify-cost curve**: the time of one target pass over n positions, relative to one
+#   position, v(n).  Leviathan et al. (2023) assume v = 1 (extra positions ride along for free
+#   while decoding is memory-bound); on a small CPU they do not (see `docs/drafters.md`);
+# * the **draft cost** c: one draft step as a fraction of one target step;
+# * a **histogram of accepted drafts** from a run at gamma = 4: how many rounds accepted
+#   0, 1, 2, 3 or all 4 of their drafts.
+#
+# One round with gamma drafts costs gamma c + v(gamma + 1) target steps (gamma draft steps, then
+# one verification pass over the pending token and the gamma drafts) and yields, on average,
+#
+# $$E(\alpha, \gamma) = \frac{1 - \alpha^{\gamma+1}}{1 - \alpha} = 1 + \alpha + \dots + \alpha^\gamma$$
+#
+# tokens, the last term being the bonus token (Leviathan et al. 2023, Eq. 1).  Here alpha is the
+# probability that a draft which is *verified* is accepted (the course glossary calls it alpha;
+# the share of *proposed* drafts that were accepted is a different, smaller number).
+#
+# **Grading.** 10 points: estimating alpha (2), the expected yield (2), the speedup with a
+# measured curve (3) and your numeric answers (3).  Hidden tests compare your functions with the
+# reference on other inputs (tolerance 1e-6) and your answers with the reference (tolerance 0.005).
+# Write the arithmetic yourself: `numpy` and the standard library are enough.
+
+# %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
+import math
+
+# The measurements (example figures; the verify-cost curve is this course's 2-core CPU, docs/drafters.md).
+VERIFY_COST = {1: 1.00, 2: 1.13, 3: 1.18, 4: 1.35, 5: 1.47, 6: 1.53}  # n positions -> v(n)
+TARGET_STEP_MS = 15.0  # one target step (one position)
+DRAFT_STEP_MS = 3.3  # one draft step
+RUN_GAMMA = 4  # the draft length of the measured run
+ACCEPTED_HISTOGRAM = [212, 160, 121, 88, 319]  # [k]: rounds that accepted exactly k of their 4 drafts
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "alpha_text", "locked": true, "schema_version": 3, "solution": false}
+# ## Part 1: alpha from the histogram
+#
+# Write `estimate_alpha(histogram, gamma)`: the number of accepted drafts divided by the number of
+# **verified** drafts.  A round that accepted k < gamma drafts verified k + 1 of them (the (k+1)-th
+# was rejected, and the drafts after it were never tested); a round that accepted all gamma
+# verified gamma.  This is the maximum-likelihood estimate of alpha under the formula's model
+# (each verified draft survives independently with probability alpha).
+
+# %% nbgrader={"grade": false, "grade_id": "estimate_alpha", "locked": false, "schema_version": 3, "solution": true}
+def estimate_alpha(histogram: list[int], gamma: int) -> float:
+    """accepted / verified, from histogram[k] = rounds with exactly k accepted drafts (k = 0..gamma)."""
+    ### BEGIN SOLUTION
+    accepted = sum(k * n for k, n in enumerate(histogram))
+    verified = sum(min(k + 1, gamma) * n for k, n in enumerate(histogram))
+    return accepted / verified
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "alpha_tests", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+assert estimate_alpha([5, 0, 0], 2) == 0.0, "every first draft rejected: alpha = 0"
+assert estimate_alpha([0, 0, 7], 2) == 1.0, "every draft accepted: alpha = 1"
+assert isinstance(estimate_alpha(ACCEPTED_HISTOGRAM, RUN_GAMMA), float)
+### BEGIN HIDDEN TESTS
+# Short tracebacks: the feedback shows the assertion message, not this cell's source.
+# %xmode Minimal
+def _ref_alpha(h, g):
+    return sum(k * n for k, n in enumerate(h)) / sum(min(k + 1, g) * n for k, n in enumerate(h))
+
+
+for _h, _g in [([1, 1], 1), ([3, 2, 1], 2), ([212, 160, 121, 88, 319], 4), ([40, 0, 0, 0, 0, 0, 9], 6), ([2, 5, 0, 1], 3)]:
+    assert abs(estimate_alpha(_h, _g) - _ref_alpha(_h, _g)) < 1e-9, (
+        f"estimate_alpha({_h}, {_g}) = {estimate_alpha(_h, _g)!r}: alpha is accepted / verified, and a round that "
+        "stopped at a rejection verified one draft more than it accepted")
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "yield_text", "locked": true, "schema_version": 3, "solution": false}
+# ## Part 2: the expected yield
+#
+# Write `expected_tokens(alpha, gamma)`: E(alpha, gamma) above, bonus token included.  It must work
+# at alpha = 1 (where the fraction is 0/0 and the value is gamma + 1).
+
+# %% nbgrader={"grade": false, "grade_id": "expected_tokens", "locked": false, "schema_version": 3, "solution": true}
+def expected_tokens(alpha: float, gamma: int) -> float:
+    """Mean tokens per verification pass: 1 + alpha + ... + alpha**gamma."""
+    ### BEGIN SOLUTION
+    return float(sum(alpha ** i for i in range(gamma + 1)))
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "yield_tests", "locked": true, "points": 2, "schema_version": 3, "solution": false}
+assert expected_tokens(0.0, 4) == 1.0, "alpha = 0: every round still emits one token"
+assert abs(expected_tokens(1.0, 4) - 5.0) < 1e-12, "alpha = 1: gamma drafts plus the bonus token"
+### BEGIN HIDDEN TESTS
+# Short tracebacks: the feedback shows the assertion message, not this cell's source.
+# %xmode Minimal
+from specbook import theory as _theory
+
+for _a in (0.1, 0.5, 0.77, 0.9, 0.999):
+    for _g in (1, 2, 3, 4, 7, 10):
+        assert abs(expected_tokens(_a, _g) - _theory.expected_tokens(_a, _g)) < 1e-6, (
+            f"expected_tokens({_a}, {_g}) = {expected_tokens(_a, _g)!r}, expected {_theory.expected_tokens(_a, _g)!r}: "
+            "the sum runs from alpha**0 to alpha**gamma (the bonus token is the last term)")
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "speedup_text", "locked": true, "schema_version": 3, "solution": false}
+# ## Part 3: the speedup on this machine
+#
+# Write `predicted_speedup(alpha, gamma, c, verify_cost)`: expected tokens per round divided by the
+# round's cost in target steps, gamma c + v(gamma + 1), with `verify_cost` a dict n -> v(n) like
+# `VERIFY_COST`.  gamma = 0 means plain decoding: return 1.0.
+
+# %% nbgrader={"grade": false, "grade_id": "predicted_speedup", "locked": false, "schema_version": 3, "solution": true}
+def predicted_speedup(alpha: float, gamma: int, c: float, verify_cost: dict[int, float]) -> float:
+    """E(alpha, gamma) / (gamma * c + v(gamma + 1)); 1.0 for gamma = 0."""
+    ### BEGIN SOLUTION
+    if gamma == 0:
+        return 1.0
+    return expected_tokens(alpha, gamma) / (gamma * c + verify_cost[gamma + 1])
+    ### END SOLUTION
+
+
+# %% nbgrader={"grade": true, "grade_id": "speedup_tests", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+assert predicted_speedup(0.5, 0, 0.2, VERIFY_COST) == 1.0
+flat = {n: 1.0 for n in range(1, 8)}
+assert abs(predicted_speedup(0.8, 4, 0.05, flat) - 2.80) < 0.01, "the paper's worked case: 3.36 / 1.2"
+### BEGIN HIDDEN TESTS
+# Short tracebacks: the feedback shows the assertion message, not this cell's source.
+# %xmode Minimal
+from specbook import theory as _theory
+
+_curve = {1: 1.0, 2: 1.05, 3: 1.4, 4: 1.41, 5: 1.9, 6: 2.5, 7: 2.6, 8: 3.0}
+for _a, _g, _c in [(0.77, 2, 0.22), (0.6, 3, 0.1), (0.9, 5, 0.0), (0.3, 1, 0.4), (0.95, 7, 0.05)]:
+    _want = _theory.speedup(_a, _g, _c, lambda g: _curve[g + 1])
+    _got = predicted_speedup(_a, _g, _c, _curve)
+    assert abs(_got - _want) < 1e-6, (
+        f"predicted_speedup({_a}, {_g}, {_c}, curve) = {_got!r}, expected {_want!r}: a round is gamma draft steps "
+        "plus one pass over gamma + 1 positions, v(gamma + 1)")
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "answers_text", "locked": true, "schema_version": 3, "solution": false}
+# ## Part 4: the decision
+#
+# Using your functions and the measurements at the top, set:
+#
+# * `ALPHA`: alpha estimated from the run;  `C`: the draft cost;
+# * `BEST_GAMMA` in 1..5 and `BEST_SPEEDUP`: the draft length with the largest predicted speedup on
+#   this machine (ties to the shorter one), and that speedup;
+# * `PAPER_GAMMA`: the draft length (1..5) you would have chosen assuming v = 1, and
+#   `PAPER_GAMMA_SPEEDUP`: what it actually gives on this machine.
+#
+# Before you compute: predict whether assuming v = 1 makes you draft longer or shorter than the
+# measured curve does, and why.
+
+# %% nbgrader={"grade": false, "grade_id": "answers", "locked": false, "schema_version": 3, "solution": true}
+### BEGIN SOLUTION
+ALPHA = estimate_alpha(ACCEPTED_HISTOGRAM, RUN_GAMMA)
+C = DRAFT_STEP_MS / TARGET_STEP_MS
+measured = {g: predicted_speedup(ALPHA, g, C, VERIFY_COST) for g in range(1, 6)}
+BEST_GAMMA = max(measured, key=lambda g: (measured[g], -g))
+BEST_SPEEDUP = measured[BEST_GAMMA]
+paper = {g: predicted_speedup(ALPHA, g, C, {n: 1.0 for n in range(1, 7)}) for g in range(1, 6)}
+PAPER_GAMMA = max(paper, key=lambda g: (paper[g], -g))
+PAPER_GAMMA_SPEEDUP = measured[PAPER_GAMMA]
+### END SOLUTION
+print(f"alpha = {ALPHA:.3f}, c = {C:.3f}; best gamma {BEST_GAMMA} ({BEST_SPEEDUP:.3f}x); "
+      f"with v = 1 you would pick {PAPER_GAMMA}, which gives {PAPER_GAMMA_SPEEDUP:.3f}x here")
+
+# %% nbgrader={"grade": true, "grade_id": "answers_tests", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+assert BEST_GAMMA in range(1, 6) and PAPER_GAMMA in range(1, 6)
+assert BEST_SPEEDUP >= PAPER_GAMMA_SPEEDUP, "the best choice on this machine cannot lose to another choice on it"
+### BEGIN HIDDEN TESTS
+# Short tracebacks: the feedback shows the assertion message, not this cell's source.
+# %xmode Minimal
+from specbook import theory as _theory
+
+_alpha = (sum(k * n for k, n in enumerate(ACCEPTED_HISTOGRAM))
+          / sum(min(k + 1, RUN_GAMMA) * n for k, n in enumerate(ACCEPTED_HISTOGRAM)))
+_c = DRAFT_STEP_MS / TARGET_STEP_MS
+_best = _theory.optimal_gamma(_alpha, _c, lambda g: VERIFY_COST[g + 1], max_gamma=5)
+_paper = _theory.optimal_gamma(_alpha, _c, 1.0, max_gamma=5)
+assert abs(ALPHA - _alpha) < 0.005, f"ALPHA = {ALPHA!r}: divide the accepted drafts by the verified ones, not by all proposed drafts"
+assert abs(C - _c) < 0.005, f"C = {C!r}: the draft step's time over the target step's"
+assert BEST_GAMMA == _best[0] and abs(BEST_SPEEDUP - _best[1]) < 0.005, (
+    f"BEST_GAMMA, BEST_SPEEDUP = {BEST_GAMMA}, {BEST_SPEEDUP:.3f} is not the best draft length on the measured curve")
+assert PAPER_GAMMA == _paper[0], f"PAPER_GAMMA = {PAPER_GAMMA}: with v = 1 another gamma maximises the speedup"
+assert abs(PAPER_GAMMA_SPEEDUP - _theory.speedup(_alpha, _paper[0], _c, VERIFY_COST[_paper[0] + 1])) < 0.005, (
+    f"PAPER_GAMMA_SPEEDUP = {PAPER_GAMMA_SPEEDUP!r}: evaluate the paper's choice with the measured curve")
+### END HIDDEN TESTS
+
+# %% [markdown] nbgrader={"grade": false, "grade_id": "closing", "locked": true, "schema_version": 3, "solution": false}
+# The measured curve makes every extra draft more expensive than the paper assumes, so the best
+# draft length is shorter, and choosing by the paper's formula gives away part of the speedup.
+# The same reasoning, run each round on recent acceptance, is what an adaptive draft length does.
