@@ -190,14 +190,16 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tu
     (no token is possible there, so its argmax would be an arbitrary 0).
     """
     if not isinstance(target_logits, torch.Tensor) or target_logits.ndim != 3:
-        raise ValueError(f"target_logits must be (B, K+1, V), got {getattr(target_logits, 'shape', target_logits)!r}")
+        raise ValueError(f"target_logits must be a (B, K+1, V) tensor, got "
+                         f"{tuple(target_logits.shape) if isinstance(target_logits, torch.Tensor) else target_logits!r}")
     if not target_logits.is_floating_point():
         raise ValueError(f"target_logits must be a floating-point tensor, got dtype {target_logits.dtype}")
     B, K1, V = target_logits.shape
     if K1 < 1 or V < 1:
         raise ValueError(f"target_logits must hold at least one position and one token, got shape {(B, K1, V)}")
     if not isinstance(draft_tokens, torch.Tensor) or tuple(draft_tokens.shape) != (B, K1 - 1):
-        raise ValueError(f"draft_tokens must have shape {(B, K1 - 1)}, got {getattr(draft_tokens, 'shape', draft_tokens)!r}")
+        raise ValueError(f"draft_tokens must have shape {(B, K1 - 1)}, got "
+                         f"{tuple(draft_tokens.shape) if isinstance(draft_tokens, torch.Tensor) else draft_tokens!r}")
     check_tokens("draft_tokens", draft_tokens, V)
     if torch.isnan(target_logits).any():
         raise ValueError("target_logits contain NaN")
