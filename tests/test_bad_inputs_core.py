@@ -8,9 +8,7 @@ but extreme ones must give finite, correct answers, illegal ones a clear error.
 ``test_refuses_can_fail`` shows the checker itself catching a silent, a vague and a hanging
 function, so these tests can fail.
 """
-import contextlib
 import math
-import signal
 
 import numpy as np
 import pytest
@@ -25,38 +23,11 @@ from specbook.toy import MarkovLM, make_toy_pair, random_transitions
 from specbook.tree import ancestors, children, depths, leaf_paths, max_path_length, path_table, path_to
 from specbook.verify import verify_greedy
 
-TIME_LIMIT = 5.0  # seconds; every refusal here takes milliseconds
+from refusal import TIME_LIMIT, refuses, watchdog
+
 PROPS = settings(derandomize=True, max_examples=150, deadline=None)
 INF, NAN = math.inf, math.nan
 T = torch.tensor
-
-
-@contextlib.contextmanager
-def watchdog(seconds: float):
-    """Raise TimeoutError in the main thread if the body runs longer than ``seconds``."""
-    def on_alarm(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def refuses(call, *fragments: str, limit: float = TIME_LIMIT) -> None:
-    """Assert that ``call()`` raises ValueError or TypeError mentioning every fragment, in time."""
-    with watchdog(limit):
-        try:
-            result = call()
-        except (ValueError, TypeError) as err:
-            message = str(err)
-        else:
-            raise AssertionError(f"accepted silently and returned {result!r}")
-    for fragment in fragments:
-        assert fragment in message, f"message {message!r} does not mention {fragment!r}"
 
 
 def _lm(vocab_size: int = 6, batch: int = 1) -> MarkovLM:
@@ -269,3 +240,162 @@ CASES = [pytest.param(call, fragments, id=f"{module}: {name}")
 @pytest.mark.parametrize("call, fragments", CASES)
 def test_bad_input_is_refused_clearly(call, fragments):
     refuses(call, *fragments)
+
+
+def test_refuses_can_fail():
+    """The checker above is not vacuous: silence, a vague message and a hang all fail it."""
+    with pytest.raises(AssertionError, match="silently"):
+        refuses(lambda: 0.0, "x")
+    with pytest.raises(AssertionError, match="does not mention"):
+        refuses(lambda: math.sqrt(-1.0), "alpha")  # ValueError('math domain error')
+    with pytest.raises(TimeoutError):
+        refuses(lambda: [None for _ in iter(int, 1)], "x", limit=0.2)  # iter(int, 1) never ends
+
+
+# --------------------------------------------------------------------------- legal extremes: right answers
+
+def _reference_probs(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / temperature) in float64, shifted by the row max (cannot overflow)."""
+    x = logits.double()
+    return torch.softmax((x - x.amax(-1, keepdim=True)) / temperature, -1)  # (..., V)
+
+
+@pytest.mark.parametrize("logits, temperature, expected", [
+    ([3e38, 1.0], 0.5, [1.0, 0.0]),            # was NaN: 3e38 / 0.5 overflows
+    ([-3e38, -3.3e38], MIN_TEMPERATURE, [1.0, 0.0]),
+    ([5.0, 5.0, 0.0], MIN_TEMPERATURE, [0.5, 0.5, 0.0]),  # ties share the mass at any temperature
+    ([3e38, -3e38], 1.0, [1.0, 0.0]),
+    ([1e30, 1e30 - 1e24, -INF], 1e6, None),    # huge but resolvable: compare with float64
+])
+def test_extreme_logits_give_the_right_probabilities(logits, temperature, expected):
+    logits = T(logits)
+    probs = logits_to_probs(logits, SamplingParams(temperature=temperature))
+    want = _reference_probs(logits, temperature).float() if expected is None else T(expected)
+    assert torch.isfinite(probs).all()
+    torch.testing.assert_close(probs, want, atol=1e-6, rtol=1e-5)
+
+
+def test_sample_takes_huge_unnormalised_rows_and_empty_batches():
+    tokens = sample(T([[3e38, 0.0], [0.0, 3e38]]), torch.Generator().manual_seed(0))
+    assert tokens.tolist() == [0, 1]
+    assert sample(torch.ones(0, 4)).shape == (0,)
+
+
+def test_theory_limits_for_huge_gamma():
+    assert th.expected_tokens(0.8, 1e19) == pytest.approx(5.0)  # was -inf
+    assert th.expected_tokens(0.8, 10**30) == pytest.approx(5.0)
+    assert th.expected_tokens(1.0, 1e19) == 1e19 + 1
+    assert th.expected_tokens(0.0, 1e300) == 1.0
+    assert th.speedup(0.8, 1e19, 0.0) == pytest.approx(5.0)
+    assert th.break_even_alpha(10**18, 0.0, 2.0) == pytest.approx(0.5)
+    assert th.optimal_gamma(1.0, 0.0, 1.0, max_gamma=th.MAX_GAMMA_SEARCH)[0] == th.MAX_GAMMA_SEARCH
+
+
+def test_small_int_dtypes_are_read_as_token_ids():
+    """uint8 and int16 ids stay valid when the vocabulary is larger than the dtype's range."""
+    lm = _lm(vocab_size=300)
+    expected = lm.forward(T([[250, 7]]))
+    for dtype in (torch.uint8, torch.int16):
+        lm.reset(1)
+        torch.testing.assert_close(lm.forward(T([[250, 7]], dtype=dtype)), expected)
+    assert lm.state(np.array([250], dtype=np.uint8)) == 250
+
+
+def test_sharp_tables_are_one_hot_in_the_limit():
+    table = random_transitions(5, sharpness=math.inf, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(table.sum(-1), torch.ones(5)) and set(table.unique().tolist()) == {0.0, 1.0}
+
+
+def test_ancestors_of_an_unordered_forest():
+    assert ancestors([2, -1, 1], 0) == [1, 2]  # any node order is fine as long as it is a forest
+    assert leaf_paths(T([-1, 0, 0, 1])) == [[0, 2], [0, 1, 3]]
+
+
+def test_greedy_takes_the_first_infinite_logit():
+    tokens, emitted = verify_greedy(T([[[0.0, INF, INF], [1.0, 0.0, -INF]]]), T([[1]]))
+    assert tokens.tolist() == [[1, 0]] and emitted.tolist() == [2]
+
+
+# --------------------------------------------------------------------------- properties
+
+FINITE_LOGIT = st.floats(-3e38, 3e38, allow_nan=False, allow_infinity=False)  # float32 range
+
+
+@PROPS
+@given(st.lists(st.one_of(FINITE_LOGIT, st.just(-INF)), min_size=1, max_size=8).filter(lambda x: max(x) > -INF),
+       st.floats(MIN_TEMPERATURE, 1e30, allow_nan=False))
+def test_any_finite_logits_and_temperature_give_a_distribution(logits, temperature):
+    logits = T(logits)
+    probs = logits_to_probs(logits, SamplingParams(temperature=temperature))
+    assert torch.isfinite(probs).all() and (probs >= 0).all()
+    assert float(probs.sum()) == pytest.approx(1.0, abs=1e-5)
+    torch.testing.assert_close(probs, _reference_probs(logits, temperature).float(), atol=1e-4, rtol=0)
+
+
+@PROPS
+@given(st.floats(0.0, MIN_TEMPERATURE, exclude_min=True, exclude_max=True))
+def test_temperatures_below_the_floor_are_refused(temperature):
+    refuses(lambda: SamplingParams(temperature=temperature), "temperature", repr(temperature))
+
+
+@PROPS
+@given(st.floats(0.0, 1.0), st.one_of(st.integers(0, 10**40), st.integers(0, 2**60).map(float)))
+def test_expected_tokens_is_finite_and_in_range_for_any_legal_input(alpha, gamma):
+    value = th.expected_tokens(alpha, gamma)
+    assert math.isfinite(value) and 1.0 <= value <= float(gamma) + 1.0
+
+
+@PROPS
+@given(st.one_of(st.floats(allow_nan=True).filter(lambda a: not 0.0 <= a <= 1.0), st.booleans(), st.none(),
+                 st.text(max_size=3)))
+def test_bad_alphas_are_refused(alpha):
+    refuses(lambda: th.expected_tokens(alpha, 3), "alpha", repr(alpha))
+
+
+@PROPS
+@given(st.integers(2, 6), st.floats(1e-3, 1e6), st.floats(0.0, 0.9), st.integers(0, 2**31))
+def test_random_tables_have_finite_rows_at_any_sharpness(vocab_size, sharpness, zero_fraction, seed):
+    table = random_transitions(vocab_size, sharpness=sharpness, zero_fraction=zero_fraction,
+                               generator=torch.Generator().manual_seed(seed))
+    assert torch.isfinite(table).all() and (table >= 0).all()
+    torch.testing.assert_close(table.sum(-1), torch.ones(vocab_size, dtype=torch.float64))
+    MarkovLM(table)  # and the model accepts it
+
+
+def _naive_ancestors(plist: list[int], node: int) -> list[int] | None:
+    """Ancestors by a walk capped at N steps; None when the links never reach -1 or leave range."""
+    out, j = [], node
+    for _ in range(len(plist) + 1):
+        j = plist[j]
+        if j == -1:
+            return out[::-1]
+        if not 0 <= j < len(plist):
+            return None
+        out.append(j)
+    return None
+
+
+ANY_LINKS = st.integers(1, 12).flatmap(lambda n: st.lists(st.integers(-2, n), min_size=n, max_size=n))
+FORESTS = st.integers(1, 12).flatmap(lambda n: st.tuples(*[st.integers(-1, i - 1) for i in range(n)]).map(list))
+
+
+@PROPS
+@given(st.one_of(ANY_LINKS, FORESTS), st.data())
+def test_ancestors_of_any_parent_vector_end_or_refuse(plist, data):
+    """Random links (self-parents, cycles, out-of-range parents included) never hang ancestors."""
+    forest = all(_naive_ancestors(plist, i) is not None for i in range(len(plist)))
+    node = data.draw(st.integers(0, len(plist) - 1))
+    if forest:
+        with watchdog(TIME_LIMIT):
+            assert ancestors(T(plist), node) == _naive_ancestors(plist, node)
+    else:
+        refuses(lambda: ancestors(T(plist), node), "parents")
+        refuses(lambda: leaf_paths(T(plist)), "parents")
+
+
+@PROPS
+@given(st.lists(st.integers(0, 50), min_size=2, max_size=6), st.integers(0, 5), st.sampled_from([-1, 0.5, NAN, INF]))
+def test_one_bad_count_is_refused(counts, where, bad):
+    counts[where % len(counts)] = bad
+    probs = [1.0 / len(counts)] * len(counts)
+    refuses(lambda: sst.chisquare_gof(counts, probs), "counts", repr(float(bad)))
