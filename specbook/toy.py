@@ -147,7 +147,8 @@ class MarkovLM:
         if len(rows) != len(self._lengths):
             raise ValueError(f"indices must hold {len(self._lengths)} rows, got {len(rows)}")
         for b, r in enumerate(rows):
-            if r.numel() and (r.is_floating_point() or r.dtype == torch.bool or r.min() < 0 or r.max() >= self._last_n):
+            if r.numel() and (r.is_floating_point() or r.dtype == torch.bool
+                              or r.long().min() < 0 or r.long().max() >= self._last_n):
                 raise ValueError(f"indices[{b}] = {r.tolist()}: must be node indices in [0, {self._last_n})")
         rows = [r.long() for r in rows]
         counts = torch.tensor([len(r) for r in rows], dtype=torch.long)  # (B,)
