@@ -12,6 +12,13 @@ Order of operations follows common practice (and transformers' default
 processors): temperature, then top-k, then top-p.  Temperature 0 means greedy:
 a one-hot vector on the argmax (the first index among ties, like
 ``torch.argmax``).
+
+Numerics: a positive temperature below :data:`MIN_TEMPERATURE` is refused
+(``ValueError``), not floored: it would be rounded to 0 or to a subnormal in
+float32 and the division would give NaN, so the caller must choose between
+greedy (0) and a representable temperature.  Logits whose scaled values
+overflow (a huge finite logit, a tiny temperature) are shifted by their row
+maximum first, which softmax ignores, so they give the right answer, not NaN.
 """
 from __future__ import annotations
 
@@ -20,10 +27,17 @@ from dataclasses import dataclass
 
 import torch
 
+# Smallest positive temperature accepted: 1 / MIN_TEMPERATURE and MIN_TEMPERATURE itself stay
+# normal float32 numbers, far from the subnormal range (below 1.2e-38) where the division breaks.
+MIN_TEMPERATURE = 1e-30
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """temperature >= 0 (0 = greedy); top_k >= 0 (0 = off); top_p in (0, 1] (1 = off)."""
+    """temperature 0 (greedy) or in [MIN_TEMPERATURE, inf); top_k >= 0 (0 = off); top_p in (0, 1] (1 = off).
+
+    Bools are refused for every field (``True`` is not a temperature or a count).
+    """
 
     temperature: float = 1.0
     top_k: int = 0
@@ -33,11 +47,14 @@ class SamplingParams:
         t = self.temperature
         if not isinstance(t, (int, float)) or isinstance(t, bool) or not math.isfinite(t) or t < 0:
             raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
+        if 0 < t < MIN_TEMPERATURE:
+            raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g} "
+                             f"(smaller ones underflow in float32), got {t!r}")
         k = self.top_k
         if not isinstance(k, int) or isinstance(k, bool) or k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {k!r}")
         p = self.top_p
-        if not isinstance(p, (int, float)) or isinstance(p, bool) or not (0 < p <= 1):
+        if not isinstance(p, (int, float)) or isinstance(p, bool) or not (0 < p <= 1):  # NaN fails too
             raise ValueError(f"top_p must be in (0, 1], got {p!r}")
 
     @property
@@ -52,11 +69,16 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams = SamplingParam
     """Apply temperature, top-k and top-p to ``logits`` (..., V); return probabilities (..., V).
 
     Computed in float32 (float64 stays float64).  ``-inf`` logits are allowed
-    (probability 0); NaN or ``+inf`` logits are rejected.  Ties at the top-k
+    (probability 0); NaN or ``+inf`` logits, a row of only ``-inf``, and bool or
+    integer tensors are rejected with ``ValueError``.  Ties at the top-k
     threshold are all kept, so the result never depends on sort order.
     """
     if not isinstance(params, SamplingParams):
         raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+    if not isinstance(logits, torch.Tensor):
+        raise ValueError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
+    if not logits.is_floating_point():
+        raise ValueError(f"logits must be a floating-point tensor, got dtype {logits.dtype}")
     if logits.ndim < 1 or logits.shape[-1] < 1:
         raise ValueError(f"logits must have a vocabulary dimension, got shape {tuple(logits.shape)}")
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
@@ -69,7 +91,13 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams = SamplingParam
     if params.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(dtype)  # (..., V)
 
-    logits = logits / params.temperature
+    scaled = logits / params.temperature  # (..., V)
+    if (torch.isinf(scaled) & torch.isfinite(logits)).any():
+        # Overflow: shift every row so its maximum is 0 (softmax is shift-invariant), then
+        # scale; finite entries can now only round to -inf, i.e. to probability 0.  Only done
+        # when needed, so ordinary logits give the same bits as logits / temperature.
+        scaled = (logits - logits.amax(-1, keepdim=True)) / params.temperature  # (..., V)
+    logits = scaled
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = logits.topk(params.top_k, dim=-1).values[..., -1:]  # (..., 1)
         logits = logits.masked_fill(logits < kth, -math.inf)
@@ -91,8 +119,23 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams = SamplingParam
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Draw one token per row from ``probs`` (..., V); returns long (...).
 
-    Rows need not be normalised (only proportional); each must have positive mass.
+    Rows need not be normalised (only proportional); each must be finite, non-negative
+    and have positive mass, else ``ValueError`` (before any draw).
     """
+    if not isinstance(probs, torch.Tensor):
+        raise ValueError(f"probs must be a torch.Tensor, got {type(probs).__name__}")
+    if not probs.is_floating_point():
+        raise ValueError(f"probs must be a floating-point tensor, got dtype {probs.dtype}")
+    if probs.ndim < 1 or probs.shape[-1] < 1:
+        raise ValueError(f"probs must have a vocabulary dimension, got shape {tuple(probs.shape)}")
     flat = probs.reshape(-1, probs.shape[-1]).to(torch.float64 if probs.dtype == torch.float64 else torch.float32)
+    if flat.numel() == 0:
+        return torch.zeros(probs.shape[:-1], dtype=torch.long, device=probs.device)
+    if not torch.isfinite(flat).all() or (flat < 0).any():
+        bad = flat[~(torch.isfinite(flat) & (flat >= 0))][0].item()
+        raise ValueError(f"probs must be finite and non-negative, got an entry {bad!r}")
+    if (flat.amax(-1) == 0).any():
+        row = int((flat.amax(-1) == 0).nonzero()[0])
+        raise ValueError(f"probs: row {row} (flattened) has no mass (every entry is 0)")
     tokens = torch.multinomial(flat, 1, generator=generator).squeeze(-1)  # (B*,)
     return tokens.reshape(probs.shape[:-1])

@@ -20,10 +20,16 @@ test that can actually fail must:
   bins), so a suite can state which deviations it would catch.
 
 Shape legend: V support size (bins before pooling), M pooled bins.
+
+Every argument is checked before any work; bools, strings and None are refused
+wherever a number is expected (numpy would read True as 1 and "5" as 5.0), with a
+``ValueError`` naming the argument and the value.
 """
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -57,10 +63,41 @@ class GofResult:
     impossible: int = 0
 
 
+# counts_of refuses supports larger than this (the histogram alone would take 800 MB).
+MAX_SUPPORT = 10**8
+
+
 # --------------------------------------------------------------------------- validation
 
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
+def _reals(value, name: str) -> np.ndarray:
+    """``value`` as a float64 array; bools, strings, None and complex numbers are refused."""
+    bad = ValueError(f"{name} must be real numbers, got {value!r}")
+    if hasattr(value, "detach"):  # torch.Tensor, without importing torch here
+        value = value.detach().cpu().numpy()
+    try:
+        raw = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        raise bad from None
+    if raw.dtype.kind not in "iufO" or (raw.dtype.kind == "O" and not all(_is_real(x) for x in raw.reshape(-1))):
+        raise bad
+    try:
+        return raw.astype(np.float64)
+    except OverflowError:
+        raise ValueError(f"{name} holds a number too large for a float, got {value!r}") from None
+
+
+def _scalar(value, name: str) -> float:
+    if not _is_real(value):
+        raise ValueError(f"{name} must be a real number, got {value!r}")
+    return float(value)
+
+
 def _probs(probs, name: str = "probs") -> np.ndarray:
-    arr = np.asarray(probs, dtype=np.float64)
+    arr = _reals(probs, name)
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"{name} must be a non-empty 1-D array, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)) or np.any(arr < 0):
@@ -73,7 +110,7 @@ def _probs(probs, name: str = "probs") -> np.ndarray:
 
 
 def _counts(counts, size: int | None = None) -> np.ndarray:
-    arr = np.asarray(counts, dtype=np.float64)
+    arr = _reals(counts, "counts")
     if arr.ndim != 1 or arr.size == 0:
         raise ValueError(f"counts must be a non-empty 1-D array, got shape {arr.shape}")
     if not np.all(np.isfinite(arr)) or np.any(arr < 0) or np.any(arr != np.floor(arr)):
@@ -88,14 +125,14 @@ def _counts(counts, size: int | None = None) -> np.ndarray:
 
 
 def _min_expected(value) -> float:
-    v = float(value)
+    v = _scalar(value, "min_expected")
     if not (math.isfinite(v) and v >= 0):
         raise ValueError(f"min_expected must be finite and >= 0, got {value!r}")
     return v
 
 
 def _level(alpha, name: str = "alpha") -> float:
-    a = float(alpha)
+    a = _scalar(alpha, name)
     if not (0.0 < a < 1.0):
         raise ValueError(f"{name} must lie in (0, 1), got {alpha!r}")
     return a
@@ -199,7 +236,7 @@ def holm(pvalues, alpha) -> list[bool]:
     alpha for any dependence between the tests (Holm 1979).
     """
     level = _level(alpha)
-    p = np.asarray(pvalues, dtype=np.float64).reshape(-1)
+    p = _reals(pvalues, "pvalues").reshape(-1)
     if np.any(~((p >= 0) & (p <= 1))):
         raise ValueError(f"pvalues must lie in [0, 1], got {p[~((p >= 0) & (p <= 1))][0]!r}")
     k = p.size
@@ -237,6 +274,8 @@ class FamilyResult:
 
 def run_family(pvalues: dict[str, float], alpha) -> FamilyResult:
     """Apply :func:`holm` to named p-values; see :class:`FamilyResult`."""
+    if not isinstance(pvalues, Mapping):
+        raise ValueError(f"pvalues must be a dict of name -> p-value, got {type(pvalues).__name__}")
     names = list(pvalues)
     flags = holm([pvalues[k] for k in names], alpha)
     return FamilyResult(float(alpha), dict(pvalues), tuple(k for k, r in zip(names, flags) if r))
@@ -319,11 +358,15 @@ def counts_of(samples, support_size: int) -> np.ndarray:
 
     Accepts a torch tensor (any device), a numpy array or a list, of any shape.
     """
-    if not (isinstance(support_size, (int, np.integer)) and support_size >= 1):
-        raise ValueError(f"support_size must be a positive integer, got {support_size!r}")
+    if isinstance(support_size, bool) or not (isinstance(support_size, (int, np.integer))
+                                              and 1 <= support_size <= MAX_SUPPORT):
+        raise ValueError(f"support_size must be an integer in [1, {MAX_SUPPORT}], got {support_size!r}")
     if hasattr(samples, "detach"):  # torch.Tensor, without importing torch here
         samples = samples.detach().cpu().numpy()
-    arr = np.asarray(samples).reshape(-1)
+    try:
+        arr = np.asarray(samples).reshape(-1)
+    except (TypeError, ValueError):
+        raise ValueError(f"samples must be integer token ids, got {samples!r}") from None
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
         raise ValueError(f"samples must be integer token ids, got dtype {arr.dtype}")
     if arr.size and (arr.min() < 0 or arr.max() >= support_size):

@@ -21,17 +21,24 @@ Shape legend: A number of alphas, G number of gammas.
 
 Scalars in give a Python ``float`` out; any array input gives an ``np.ndarray``.
 Bad input (alpha outside [0, 1], gamma negative or fractional, c < 0,
-verify_cost <= 0, NaN or inf) raises ``ValueError`` naming the argument.
+verify_cost <= 0, NaN or inf; a bool, string, None or complex number anywhere)
+raises ``ValueError`` naming the argument.  Counts (gamma, batch, positions) are
+kept as exact integer-valued floats, so a huge gamma gives the limit, not an
+integer overflow.
 """
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Callable, Union
 
 import numpy as np
 
 VerifyCost = Union[float, Callable[[int], float]]
+
+# optimal_gamma tries every gamma in 1..max_gamma; beyond this the search would take too long.
+MAX_GAMMA_SEARCH = 100_000
 
 __all__ = [
     "expected_tokens", "expected_tokens_limit", "speedup", "break_even_alpha",
@@ -48,12 +55,26 @@ def _first_bad(arr: np.ndarray, bad: np.ndarray):
     return arr.reshape(-1)[np.flatnonzero(bad.reshape(-1))[0]].item()
 
 
+def _is_real(x) -> bool:
+    return isinstance(x, numbers.Real) and not isinstance(x, (bool, np.bool_))
+
+
 def _floats(value, name: str) -> np.ndarray:
+    """``value`` as a float64 array; bools, strings, None and complex numbers are refused
+    (numpy would silently read True as 1.0, "0.5" as 0.5 and None as NaN)."""
+    bad = ValueError(f"{name} must be a real number or array of them, got {value!r}")
     try:
-        arr = np.asarray(value, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a real number or array of them, got {value!r}") from None
-    return arr
+        raw = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        raise bad from None
+    if raw.dtype.kind == "O" and not all(_is_real(x) for x in raw.reshape(-1)):
+        raise bad
+    if raw.dtype.kind not in "iufO":
+        raise bad
+    try:
+        return raw.astype(np.float64)
+    except OverflowError:  # a Python int beyond the float range
+        raise ValueError(f"{name} is too large to be a float, got {value!r}") from None
 
 
 def _alpha(value, name: str = "alpha") -> np.ndarray:
@@ -65,14 +86,15 @@ def _alpha(value, name: str = "alpha") -> np.ndarray:
 
 
 def _gamma(value, name: str = "gamma") -> np.ndarray:
-    raw = np.asarray(value)
-    if raw.dtype == bool:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-    arr = _floats(value, name)
+    """A non-negative integer count, returned as integer-valued float64 (no int64 overflow)."""
+    try:
+        arr = _floats(value, name)
+    except ValueError:
+        raise ValueError(f"{name} must be a non-negative integer, got {value!r}") from None
     bad = ~(np.isfinite(arr) & (arr >= 0)) | (np.floor(arr) != arr)
     if bad.any():
         raise ValueError(f"{name} must be a non-negative integer, got {_first_bad(arr, bad)!r}")
-    return arr.astype(np.int64)
+    return arr
 
 
 def _nonneg(value, name: str) -> np.ndarray:
@@ -96,9 +118,19 @@ def _verify_cost(verify_cost: VerifyCost, gamma: np.ndarray) -> np.ndarray:
     if callable(verify_cost):
         out = np.empty(gamma.shape, dtype=np.float64)
         for idx, g in np.ndenumerate(gamma):
-            out[idx] = _positive(verify_cost(int(g)), f"verify_cost({int(g)})")
+            v = _positive(verify_cost(int(g)), f"verify_cost({int(g)})")
+            if v.ndim != 0:
+                raise ValueError(f"verify_cost({int(g)}) must return one number, got shape {v.shape}")
+            out[idx] = v
         return out
     return _positive(verify_cost, "verify_cost")
+
+
+def _finite(arr: np.ndarray, what: str) -> np.ndarray:
+    """Refuse a result that overflowed: legal but extreme inputs must not turn into inf."""
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{what} overflows the float range for these inputs")
+    return arr
 
 
 def _result(arr: np.ndarray, *inputs):
@@ -164,7 +196,9 @@ def relative_gain(new, old):
     o = _positive(old, "old")
     if not np.all(np.isfinite(n)):
         raise ValueError(f"new must be finite, got {new!r}")
-    return _result(n / o - 1.0, new, old)
+    with np.errstate(over="ignore"):
+        gain = _finite(n / o - 1.0, f"relative_gain({new!r}, {old!r})")
+    return _result(gain, new, old)
 
 
 def yield_table(alphas, gammas) -> np.ndarray:
@@ -195,7 +229,7 @@ def break_even_alpha(gamma, c, verify_cost: VerifyCost = 1.0) -> float:
       (gamma * c + v > gamma + 1): no acceptance rate breaks even.
     """
     if np.ndim(c) != 0 or np.ndim(gamma) != 0 or (not callable(verify_cost) and np.ndim(verify_cost) != 0):
-        raise ValueError("break_even_alpha takes scalar gamma, c and verify_cost")
+        raise ValueError(f"break_even_alpha takes scalar gamma, c and verify_cost, got gamma={gamma!r}, c={c!r}")
     g = int(_gamma(gamma))
     cost = float(_nonneg(c, "c"))
     v = float(_verify_cost(verify_cost, np.asarray(g)))
@@ -244,12 +278,12 @@ def optimal_gamma(alpha, c, verify_cost: VerifyCost = 1.0, max_gamma: int = 64) 
     alpha = 1 and a cheap draft the speedup keeps rising, so the answer is max_gamma.
     """
     if np.ndim(alpha) != 0 or np.ndim(c) != 0:
-        raise ValueError("optimal_gamma takes scalar alpha and c")
+        raise ValueError(f"optimal_gamma takes scalar alpha and c, got alpha={alpha!r}, c={c!r}")
     a = float(_alpha(alpha))
     cost = float(_nonneg(c, "c"))
     m = int(_gamma(max_gamma, "max_gamma"))
-    if m < 1:
-        raise ValueError(f"max_gamma must be >= 1, got {max_gamma!r}")
+    if not 1 <= m <= MAX_GAMMA_SEARCH:
+        raise ValueError(f"max_gamma must be in [1, {MAX_GAMMA_SEARCH}] (every gamma is tried), got {max_gamma!r}")
     gammas = np.arange(1, m + 1)
     values = np.asarray(speedup(a, gammas, cost, verify_cost))
     best = int(np.argmax(values))  # first maximum: ties go to the shorter draft
@@ -274,8 +308,13 @@ class Hardware:
     bandwidth: float
 
     def __post_init__(self):
-        _positive(self.peak_flops, "peak_flops")
-        _positive(self.bandwidth, "bandwidth")
+        if not isinstance(self.name, str):
+            raise ValueError(f"name must be a str, got {self.name!r}")
+        for field_name in ("peak_flops", "bandwidth"):
+            if np.ndim(_positive(getattr(self, field_name), field_name)) != 0:
+                raise ValueError(f"{field_name} must be one number, got {getattr(self, field_name)!r}")
+        with np.errstate(over="ignore"):
+            _finite(np.float64(self.peak_flops) / np.float64(self.bandwidth), "ridge (peak_flops / bandwidth)")
 
     @property
     def ridge(self) -> float:
@@ -300,8 +339,9 @@ def _hardware(hardware: Union[str, Hardware]) -> Hardware:
 
 def ridge_point(peak_flops, bandwidth):
     """Roofline ridge: peak_flops / bandwidth, in FLOP per byte."""
-    return _result(_positive(peak_flops, "peak_flops") / _positive(bandwidth, "bandwidth"),
-                   peak_flops, bandwidth)
+    with np.errstate(over="ignore"):
+        ridge = _positive(peak_flops, "peak_flops") / _positive(bandwidth, "bandwidth")
+    return _result(_finite(ridge, "ridge_point (peak_flops / bandwidth)"), peak_flops, bandwidth)
 
 
 def _batch(value) -> np.ndarray:
@@ -333,9 +373,12 @@ def roofline_rows(batches=(1, 64), gammas=(0, 4), hardware: Union[str, Hardware]
     intensities 1, 5, 64, 320 against a ridge of ~295: 0.3%, 1.7%, 22%, and over.
     """
     hw = _hardware(hardware)
+    bs, gs = np.atleast_1d(_batch(batches)), np.atleast_1d(_gamma(gammas, "gammas"))
+    if bs.ndim != 1 or gs.ndim != 1:
+        raise ValueError(f"batches and gammas must be 1-D, got shapes {bs.shape} and {gs.shape}")
     rows = []
-    for b in np.atleast_1d(_batch(batches)):
-        for g in np.atleast_1d(_gamma(gammas, "gammas")):
+    for b in bs:
+        for g in gs:
             intensity = float(arithmetic_intensity(int(b), int(g)))
             rows.append(dict(batch=int(b), gamma=int(g), intensity=intensity, ridge=hw.ridge,
                              fraction_of_ridge=intensity / hw.ridge,

@@ -26,6 +26,7 @@ The picture of a tree next to its mask, for the lessons, is :func:`specbook.teac
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -47,13 +48,63 @@ def chain_parents(k: int, device=None) -> torch.Tensor:
     return torch.arange(-1, k - 1, device=device)
 
 
+def _parent_list(parents) -> list[int]:
+    """``parents`` as a list of ints after checking that the links form a forest.
+
+    Any node order is accepted (unlike :func:`check_parents`), but every link must be -1 or
+    another node's index, and following links from any node must reach -1: a node that is
+    its own parent, or a cycle, raises ValueError instead of sending a walk round forever.
+    """
+    if isinstance(parents, torch.Tensor):
+        if parents.ndim != 1 or parents.is_floating_point() or parents.is_complex() or parents.dtype == torch.bool:
+            raise ValueError(f"parents must be a 1-D integer tensor, got shape {tuple(parents.shape)} "
+                             f"and dtype {parents.dtype}")
+        plist = [int(x) for x in parents.tolist()]
+    else:
+        plist = list(parents)
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in plist):
+            raise ValueError(f"parents must be a sequence of ints, got {plist!r}")
+    N = len(plist)
+    reaches_root = [False] * N
+    for i in range(N):
+        walk, seen, j = [], set(), i
+        while j >= 0 and not reaches_root[j]:
+            if not -1 <= plist[j] < N:
+                raise ValueError(f"parents[{j}] = {plist[j]}: a parent must be -1 or a node in [0, {N})")
+            if j in seen:
+                raise ValueError(f"parents[{j}] = {plist[j]}: the links from node {i} form a cycle, not a tree")
+            seen.add(j)
+            walk.append(j)
+            j = plist[j]
+        for k in walk:
+            reaches_root[k] = True
+    return plist
+
+
+def _node(node, n: int) -> int:
+    if isinstance(node, bool) or (isinstance(node, torch.Tensor) and node.dtype == torch.bool):
+        raise ValueError(f"node must be an int in [0, {n}), got {node!r}")
+    try:
+        index = operator.index(node)
+    except TypeError:
+        raise ValueError(f"node must be an int in [0, {n}), got {node!r}") from None
+    if not 0 <= index < n:
+        raise ValueError(f"node must be an int in [0, {n}), got {node!r}")
+    return index
+
+
 def ancestors(parents: torch.Tensor, node: int) -> list[int]:
-    """Indices of node's ancestors, root first (the node itself excluded)."""
+    """Indices of node's ancestors, root first (the node itself excluded).
+
+    Raises ValueError for a node outside [0, N) or links that are not a forest (a node that
+    is its own parent, a cycle, a parent out of range) instead of looping.
+    """
+    plist = _parent_list(parents)
     out = []
-    par = int(parents[node])
+    par = plist[_node(node, len(plist))]
     while par >= 0:
         out.append(par)
-        par = int(parents[par])
+        par = plist[par]
     return out[::-1]
 
 
@@ -113,10 +164,14 @@ def attention_mask(parents: torch.Tensor, context_length: int = 0) -> torch.Tens
 
 
 def children(parents: torch.Tensor) -> list[list[int]]:
-    """children[i] = the nodes whose parent is i; index N holds the roots (parent -1)."""
-    N = len(parents)
+    """children[i] = the nodes whose parent is i; index N holds the roots (parent -1).
+
+    Raises ValueError when the links are not a forest (see :func:`ancestors`).
+    """
+    plist = _parent_list(parents)
+    N = len(plist)
     out: list[list[int]] = [[] for _ in range(N + 1)]
-    for i, par in enumerate(parents.tolist()):
+    for i, par in enumerate(plist):
         out[par if par >= 0 else N].append(i)
     return out
 

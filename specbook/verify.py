@@ -185,16 +185,28 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tu
 
     target_logits: (B, K+1, V) logits or probabilities (only the argmax matters; first index on ties,
     exactly like greedy autoregressive decoding).  Returns (tokens (B, K+1), num_emitted (B,)) as
-    :func:`verify_chain` does; no randomness.
+    :func:`verify_chain` does; no randomness.  Refused with ValueError, like the sampling path
+    refuses them: non-float (e.g. bool) logits, NaN, and a row whose entries are all ``-inf``
+    (no token is possible there, so its argmax would be an arbitrary 0).
     """
     if not isinstance(target_logits, torch.Tensor) or target_logits.ndim != 3:
-        raise ValueError(f"target_logits must be (B, K+1, V), got {getattr(target_logits, 'shape', target_logits)!r}")
+        raise ValueError(f"target_logits must be a (B, K+1, V) tensor, got "
+                         f"{tuple(target_logits.shape) if isinstance(target_logits, torch.Tensor) else target_logits!r}")
+    if not target_logits.is_floating_point():
+        raise ValueError(f"target_logits must be a floating-point tensor, got dtype {target_logits.dtype}")
     B, K1, V = target_logits.shape
+    if K1 < 1 or V < 1:
+        raise ValueError(f"target_logits must hold at least one position and one token, got shape {(B, K1, V)}")
     if not isinstance(draft_tokens, torch.Tensor) or tuple(draft_tokens.shape) != (B, K1 - 1):
-        raise ValueError(f"draft_tokens must have shape {(B, K1 - 1)}, got {getattr(draft_tokens, 'shape', draft_tokens)!r}")
+        raise ValueError(f"draft_tokens must have shape {(B, K1 - 1)}, got "
+                         f"{tuple(draft_tokens.shape) if isinstance(draft_tokens, torch.Tensor) else draft_tokens!r}")
     check_tokens("draft_tokens", draft_tokens, V)
     if torch.isnan(target_logits).any():
         raise ValueError("target_logits contain NaN")
+    dead = (target_logits == -torch.inf).all(-1)  # (B, K+1)
+    if dead.any():
+        b, k = dead.nonzero()[0].tolist()
+        raise ValueError(f"target_logits[{b}, {k}] is -inf everywhere: no token is possible at that position")
     best = target_logits.argmax(-1)  # (B, K+1)
     agree = best[:, :-1] == draft_tokens.long()  # (B, K)
     num_accepted = agree.long().cumprod(-1).sum(-1)  # (B,)
