@@ -28,7 +28,7 @@ from .sampling import SamplingParams, logits_to_probs
 from .tree import ancestors, check_parents
 
 # sequence_law enumerates continuations; past this many it would take minutes and gigabytes.
-MAX_LAW_SIZE = 200_000
+MAX_LAW_SIZE = 20_000
 # random_transitions refuses tables with more entries than this (1 GiB of float64).
 MAX_TABLE_ENTRIES = 2**27
 

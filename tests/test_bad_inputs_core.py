@@ -135,7 +135,7 @@ TOY = [
     ("negative length", lambda: _lm().sequence_law([0], -1), "length", "-1"),
     ("bool length", lambda: _lm().sequence_law([0], True), "length", "True"),
     ("prompt outside vocabulary", lambda: _lm().sequence_law([9], 1), "prompt", "9"),
-    ("law too large", lambda: _lm().sequence_law([0], 40), "length=40", "200000"),
+    ("law too large", lambda: _lm().sequence_law([0], 40), "length=40", "20000"),
     ("law params", lambda: _lm().sequence_law([0], 1, 0.5), "params", "float"),
     ("bool vocab_size", lambda: random_transitions(True), "vocab_size", "True"),
     ("vocab_size 0", lambda: random_transitions(0), "vocab_size", "0"),
