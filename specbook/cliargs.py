@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 __all__ = ["positive_int", "nonnegative_int", "positive_float", "nonnegative_float", "threads", "device",
-           "int_list", "writable_dir", "writable_file", "existing_file"]
+           "int_list", "writable_dir", "writable_file", "existing_file", "file_name"]
 
 
 def _number(text: str, kind: type, what: str):
@@ -122,30 +122,36 @@ def _creatable(path: Path) -> Path | None:
     return probe
 
 
-def writable_dir(text: str) -> Path:
-    """A directory that exists and is writable, or one that can be created."""
+def writable_dir(text: str) -> str:
+    """A directory that exists and is writable, or one that can be created (returns ``text``)."""
     path = Path(text).expanduser()
     if path.exists() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} exists and is not a directory")
     if _creatable(path) is None:
         raise argparse.ArgumentTypeError(f"cannot write to {text!r}: permission denied or a parent is not a "
                                          "directory; choose a directory you can write")
-    return path
+    return text
 
 
-def writable_file(text: str) -> Path:
-    """A file path whose directory exists and is writable, or can be created."""
+def writable_file(text: str) -> str:
+    """A file path whose directory exists and is writable, or can be created (returns ``text``)."""
     path = Path(text).expanduser()
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text!r} is a directory; give a file name")
     if _creatable(path.parent) is None:
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: its directory is not writable")
-    return path
+    return text
 
 
-def existing_file(text: str) -> Path:
-    """A file that exists."""
-    path = Path(text).expanduser()
-    if not path.is_file():
+def existing_file(text: str) -> str:
+    """A file that exists (returns ``text``)."""
+    if not Path(text).expanduser().is_file():
         raise argparse.ArgumentTypeError(f"no such file: {text!r}")
-    return path
+    return text
+
+
+def file_name(text: str) -> str:
+    """A bare file name: not empty, no directory separator."""
+    if not text or text in (".", "..") or "/" in text or "\\" in text:
+        raise argparse.ArgumentTypeError(f"must be a bare file name (no directory), got {text!r}")
+    return text
