@@ -91,9 +91,9 @@ def device(text: str) -> str:
         raise argparse.ArgumentTypeError(f"must be a torch device such as cpu, cuda or cuda:1, got {text!r}") from None
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            build = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
-            raise argparse.ArgumentTypeError(f"{text!r} is not available: {build} (torch {torch.__version__}); "
-                                             "use --device cpu")
+            why = "this torch build has no CUDA support" if torch.version.cuda is None else "none is visible"
+            raise argparse.ArgumentTypeError(f"{text!r} is not available: no CUDA device ({why}, torch "
+                                             f"{torch.__version__}); use --device cpu")
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             raise argparse.ArgumentTypeError(f"{text!r} is not available: this machine has "
                                              f"{torch.cuda.device_count()} CUDA device(s)")

@@ -145,10 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", dest="json_path", type=cliargs.writable_file,
                         help="write the table and the bench result here")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (also: SPECBOOK_PROGRESS=0)")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    device = torch.device(args.device)
-    if device.type != "cuda" and not args.allow_cpu:
-        parser.error(f"argument --device: {args.device!r} is not CUDA; pass --allow-cpu to run there anyway")
+    try:  # a refused flag ends here, as exit status 2, before anything loads
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        device = torch.device(args.device)
+        if device.type != "cuda" and not args.allow_cpu:
+            parser.error(f"argument --device: {args.device!r} is not CUDA; pass --allow-cpu to run there anyway")
+    except SystemExit as stop:  # --help (0) or a refused flag (2): returned, like every other outcome
+        return int(stop.code or 0)
     if args.threads:
         torch.set_num_threads(args.threads)
     from transformers import LlamaForCausalLM
