@@ -15,7 +15,6 @@ import pathlib
 import sys
 
 import numpy as np
-import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's specbook and test helpers

@@ -141,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch device to check (default cuda; refused at once if this machine lacks it)")
     parser.add_argument("--allow-cpu", action="store_true", help="run on a non-CUDA device anyway")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a dry run of the command itself)")
-    parser.add_argument("--threads", type=cliargs.threads, default=None, help="torch CPU threads (default: torch's own)")
+    parser.add_argument("--threads", type=cliargs.threads, default=None,
+                        help="torch CPU threads (default: torch's own)")
     parser.add_argument("--json", dest="json_path", type=cliargs.writable_file,
                         help="write the table and the bench result here")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (also: SPECBOOK_PROGRESS=0)")

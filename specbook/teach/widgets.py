@@ -106,7 +106,8 @@ class YieldExplorer(_Explorer):
                              readout_format=".2f", style=style, layout=layout,
                              hint=" (at alpha = 1 every draft is accepted and E[tokens] = gamma + 1)")
         self.gamma = _slider(StrictIntSlider, "gamma", gamma, 0, self.max_gamma, step=1, description="draft length γ",
-                             style=style, layout=layout, hint=f"; pass max_gamma (up to {MAX_GAMMA}) to widen the slider")
+                             style=style, layout=layout,
+                             hint=f"; pass max_gamma (up to {MAX_GAMMA}) to widen the slider")
         self.c = _slider(StrictFloatSlider, "c", c, 0.0, 1.0, step=0.01, description="draft cost c",
                          readout_format=".2f", style=style, layout=layout)
         self.v = _slider(StrictFloatSlider, "v", v, 1.0, 3.0, step=0.05, description="verify cost ratio v",
@@ -189,7 +190,8 @@ class ProofExplorer(_Explorer):
                                    description="sample size", continuous_update=False, style=style, layout=layout)
         self.rule = w.Dropdown(options=list(rules.RULES), value=rule, description="histogram of",
                                style=style, layout=layout)
-        self.seed = w.IntText(value=_check("seed", seed, 0, 2**31 - 1, integer=True), description="seed", style=style, layout=w.Layout(width="220px"))
+        self.seed = w.IntText(value=_check("seed", seed, 0, 2**31 - 1, integer=True), description="seed",
+                              style=style, layout=w.Layout(width="220px"))
         self.auto = w.Checkbox(value=auto, description="update on every change")
         self.run_button = w.Button(description="Run", button_style="primary")
         self.plot = w.Image(format="png", layout=w.Layout(width="560px"))
