@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's specbook and test helpers
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's specbook and its test modules
 
 from chain_variants import BROKEN_TWINS, chain_verifier  # noqa: E402
 from statfamily import PER_TEST_ALPHA, fit_pvalue, law_and_counts  # noqa: E402
