@@ -85,14 +85,41 @@ def test_yield_plot_redraws_on_every_change():
         seen.add(bytes(ex.plot.value))
 
 
-def test_yield_explorer_keeps_sliders_in_range():
+def test_yield_explorer_refuses_slider_values_out_of_range():
     ex = YieldExplorer()
     ex.gamma.value = 2.5  # the IntSlider casts to an int, and the table follows the slider
     assert ex.gamma.value == 2 and ex.values()["gamma"] == 2
     assert cells(ex.table.value)["expected_tokens"] == f"{theory.expected_tokens(ex.alpha.value, 2):.4f}"
-    ex.alpha.value, ex.gamma.value, ex.c.value = 5.0, 40, -1.0  # sliders clamp to their range
-    assert (ex.alpha.value, ex.gamma.value, ex.c.value) == (0.99, 16, 0.0)
-    assert (ex.values()["alpha"], ex.values()["gamma"], ex.values()["c"]) == (0.99, 16, 0.0)
+    before = ex.values()
+    for name, value in (("alpha", 5.0), ("alpha", 1.0), ("gamma", 40), ("c", -1.0), ("v", 0.5)):
+        with pytest.raises(ValueError, match=rf"{name} must be in .* got {value!r}"):
+            getattr(ex, name).value = value  # never clamped to the nearest end of the slider
+    assert ex.values() == before  # nothing changed, nothing recomputed with a value nobody gave
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(alpha=1.0), ValueError, r"alpha must be in \[0, 0.99\], got 1.0"),
+    (dict(alpha=-0.1), ValueError, r"alpha .* got -0.1"),
+    (dict(alpha=float("nan")), ValueError, r"alpha .* got nan"),
+    (dict(gamma=100), ValueError, r"gamma must be in \[0, 16\], got 100; pass max_gamma"),
+    (dict(gamma=-1), ValueError, r"gamma .* got -1"),
+    (dict(gamma=2.5), TypeError, r"gamma must be a whole number, got 2.5"),
+    (dict(c=1.5), ValueError, r"c must be in \[0, 1\], got 1.5"),
+    (dict(c=True), TypeError, r"c must be a number, got True"),
+    (dict(v=0.9), ValueError, r"v must be in \[1, 3\], got 0.9"),
+    (dict(v="2"), TypeError, r"v must be a number, got '2'"),
+    (dict(max_gamma=0), ValueError, r"max_gamma .* got 0"),
+    (dict(max_gamma=10_000), ValueError, r"max_gamma .* got 10000"),
+])
+def test_yield_explorer_refuses_arguments_out_of_range(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        YieldExplorer(**kwargs)
+
+
+def test_yield_explorer_widens_gamma_when_asked():
+    ex = YieldExplorer(alpha=0.9, gamma=100, max_gamma=128)
+    assert ex.gamma.max == 128 and ex.values()["gamma"] == 100  # shown as given, not 16
+    assert cells(ex.table.value)["expected_tokens"] == f"{theory.expected_tokens(0.9, 100):.4f}"
 
 
 # ----------------------------------------------------------------------------- ProofExplorer
@@ -171,3 +198,27 @@ def test_proof_explorer_rejects_bad_arguments():
         ProofExplorer(rule="accept everything")
     with pytest.raises(ValueError, match="level"):
         ProofExplorer(level=1.5)
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(temperature=0), ValueError, r"temperature must be in \[0.1, 2\], got 0 \(temperature 0 is greedy"),
+    (dict(temperature=2.5), ValueError, r"temperature .* got 2.5"),
+    (dict(match=1.5), ValueError, r"match must be in \[0, 1\], got 1.5"),
+    (dict(sample_size=50), ValueError, r"sample_size must be in \[100, 20000\], got 50"),
+    (dict(sample_size=1000.0), TypeError, r"sample_size must be a whole number, got 1000.0"),
+    (dict(seed=-1), ValueError, r"seed must be in \[0, 2147483647\], got -1"),
+    (dict(vocab_size=1), ValueError, r"vocab_size .* got 1"),
+    (dict(level=True), ValueError, r"level must be in \(0, 1\), got True"),
+])
+def test_proof_explorer_refuses_arguments_out_of_range(kwargs, error, words):
+    with pytest.raises(error, match=words):
+        ProofExplorer(**kwargs)
+
+
+def test_proof_explorer_refuses_slider_values_out_of_range():
+    ex = ProofExplorer(sample_size=500)
+    before = ex.values()
+    for name, value in (("temperature", 0.0), ("match", 2.0), ("sample_size", 10)):
+        with pytest.raises(ValueError, match=rf"{name} must be in .* got {value!r}"):
+            getattr(ex, name).value = value
+    assert ex.values() == before and ex.temperature.value == before["temperature"]

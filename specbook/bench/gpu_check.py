@@ -28,8 +28,10 @@ from pathlib import Path
 
 import torch
 
+from .. import cliargs
 from ..drafters import DraftModelDrafter
 from ..models.chat import chat_ids
+from ..progress import progress_bar
 from ..sampling import SamplingParams
 from .crosscheck import (TIE_GAP, GreedyDraftSoftmaxReported, explain_divergence, greedy_four_ways, joint_law,
                          law_pvalue, sample_first_two)
@@ -133,21 +135,26 @@ def format_rows(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specbook gpu-check", description=__doc__,
+    parser = argparse.ArgumentParser(prog="specbook gpu-check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--device", type=cliargs.device, default="cuda",
+                        help="torch device to check (default cuda; refused at once if this machine lacks it)")
     parser.add_argument("--allow-cpu", action="store_true", help="run on a non-CUDA device anyway")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (a dry run of the command itself)")
-    parser.add_argument("--json", dest="json_path", help="write the table and the bench result here")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        print("gpu-check: no CUDA device is available (torch.cuda.is_available() is False); "
-              "use --device cpu --allow-cpu --quick for a dry run", file=sys.stderr)
-        return 2
-    if device.type != "cuda" and not args.allow_cpu:
-        print(f"gpu-check: device {args.device!r} is not CUDA; pass --allow-cpu to run there anyway", file=sys.stderr)
-        return 2
+    parser.add_argument("--threads", type=cliargs.threads, default=None,
+                        help="torch CPU threads (default: torch's own)")
+    parser.add_argument("--json", dest="json_path", type=cliargs.writable_file,
+                        help="write the table and the bench result here")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (also: SPECBOOK_PROGRESS=0)")
+    try:  # a refused flag ends here, as exit status 2, before anything loads
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        device = torch.device(args.device)
+        if device.type != "cuda" and not args.allow_cpu:
+            parser.error(f"argument --device: {args.device!r} is not CUDA; pass --allow-cpu to run there anyway")
+    except SystemExit as stop:  # --help (0) or a refused flag (2): returned, like every other outcome
+        return int(stop.code or 0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from transformers import LlamaForCausalLM
 
     from ..models.smollm2 import load_smollm2, model_dir
@@ -159,12 +166,20 @@ def main(argv: list[str] | None = None) -> int:
     hf = LlamaForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32, local_files_only=True).to(args.device).eval()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"gpu-check on {name}, torch {torch.__version__}", flush=True)
+    bar = progress_bar(total=3, desc="gpu-check", unit="stage", disable=args.no_progress)
+    bar.set_postfix_str("greedy")
     rows = [greedy_checks(model, hf, tokenizer, args.device, sizes["new_tokens"], sizes["n_prompts"])]
+    bar.update()
+    bar.set_postfix_str("sampling")
     rows += sampling_checks(model, tokenizer, args.device, sizes["rows"])
     del hf
+    bar.update()
+    bar.set_postfix_str("bench")
     bench_rows, bench_result = bench_checks(args.device, sizes["limit"], sizes["max_new"], sizes["reps"],
                                             sizes["categories"])
     rows += bench_rows
+    bar.update()
+    bar.close()
     print(format_rows(rows))
     total = time.perf_counter() - started
     failed = [r["check"] for r in rows if not r["ok"]]

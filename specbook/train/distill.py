@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 import torch
 from tqdm.auto import tqdm
 
+from ..cliargs import file_name, int_list, nonnegative_float, positive_float, positive_int, threads, writable_dir
 from ..drafters.small_model import WEIGHTS_DIR, DEFAULT_NAME, DraftConfig, build_draft_model, save_draft
 from ..models.llama import LlamaModel
 from . import recorded_command
@@ -173,26 +174,33 @@ def train_draft(target: LlamaModel, train: list[dict], draft_config: DraftConfig
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specbook.train.distill", description=__doc__,
+    parser = argparse.ArgumentParser(prog="specbook train distill", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     d, c = DraftConfig(), DistillConfig()
-    parser.add_argument("--per-category", type=int, default=40, help="prompts per category (train + held-out)")
-    parser.add_argument("--max-new-tokens", type=int, default=96, help="length of each teacher reply")
-    parser.add_argument("--top-k", type=int, default=16, help="teacher probabilities kept per position")
-    parser.add_argument("--layers", type=str, default=",".join(map(str, d.init_layers)),
-                        help="target blocks the draft's blocks start from (their number = draft depth)")
-    parser.add_argument("--draft-vocab", type=int, default=d.draft_vocab)
-    for field in ("epochs", "lr", "batch_tokens", "prompt_weight", "seed"):
-        parser.add_argument(f"--{field.replace('_', '-')}", type=type(getattr(c, field)), default=getattr(c, field))
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    parser.add_argument("--out", default=str(WEIGHTS_DIR), help="directory for <name>.safetensors and <name>.json")
-    parser.add_argument("--name", default=DEFAULT_NAME)
+    parser.add_argument("--per-category", type=positive_int, default=40, help="prompts per category (train + held-out)")
+    parser.add_argument("--max-new-tokens", type=positive_int, default=96, help="length of each teacher reply")
+    parser.add_argument("--top-k", type=positive_int, default=16, help="teacher probabilities kept per position")
+    parser.add_argument("--layers", type=int_list, default=d.init_layers,
+                        help="comma-separated target blocks the draft's blocks start from (their number = draft "
+                             f"depth; default {','.join(map(str, d.init_layers))})")
+    parser.add_argument("--draft-vocab", type=positive_int, default=d.draft_vocab,
+                        help="size of the draft's vocabulary")
+    parser.add_argument("--epochs", type=positive_int, default=c.epochs, help="passes over the training replies")
+    parser.add_argument("--lr", type=positive_float, default=c.lr, help="peak learning rate")
+    parser.add_argument("--batch-tokens", type=positive_int, default=c.batch_tokens, help="tokens per step")
+    parser.add_argument("--prompt-weight", type=nonnegative_float, default=c.prompt_weight,
+                        help="loss weight of prompt positions (reply positions weigh 1)")
+    parser.add_argument("--seed", type=int, default=c.seed, help="seed of the shuffling and initialisation")
+    parser.add_argument("--threads", type=threads, default=None, help="torch threads (default: torch's own)")
+    parser.add_argument("--out", type=writable_dir, default=str(WEIGHTS_DIR),
+                        help="directory for <name>.safetensors and <name>.json")
+    parser.add_argument("--name", type=file_name, default=DEFAULT_NAME, help="file name of the draft, no suffix")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     from ..models.smollm2 import load_smollm2
 
-    init = tuple(int(x) for x in args.layers.split(","))
+    init = args.layers
     draft_config = DraftConfig(n_layers=len(init), init_layers=init, draft_vocab=args.draft_vocab)
     config = DistillConfig(epochs=args.epochs, lr=args.lr, batch_tokens=args.batch_tokens,
                            prompt_weight=args.prompt_weight, seed=args.seed)

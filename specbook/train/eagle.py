@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from ..cliargs import existing_file, nonnegative_float, positive_float, positive_int, threads, writable_file
 from ..drafters.eagle import EagleConfig, EagleHead, HeadCache, save_eagle
 from ..drafters.medusa import WEIGHTS_DIR
 from . import recorded_command
@@ -216,26 +217,28 @@ def main(argv: list[str] | None = None) -> None:
     from ..models.smollm2 import load_smollm2
     from .features import heads_training_data
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train-prompts", type=int, default=240)
-    ap.add_argument("--heldout-prompts", type=int, default=24)
-    ap.add_argument("--max-new-tokens", type=int, default=160)
-    ap.add_argument("--draft-vocab", type=int, default=8192)
-    ap.add_argument("--epochs", type=float, default=3.0)
-    ap.add_argument("--batch-sequences", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--w-cls", type=float, default=0.5, help="weight of the token loss (EAGLE: 0.1)")
-    ap.add_argument("--noise", type=float, default=0.1, help="half-width of the uniform feature noise")
-    ap.add_argument("--unroll", type=int, default=2, help="training steps of the head feeding on itself")
-    ap.add_argument("--weight-decay", type=float, default=0.01)
-    ap.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
-    ap.add_argument("--max-steps", type=int, default=None,
+    ap = argparse.ArgumentParser(prog="specbook train eagle", description=__doc__,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train-prompts", type=positive_int, default=240, help="prompts of the training mix")
+    ap.add_argument("--heldout-prompts", type=positive_int, default=24, help="held-out prompts (never trained on)")
+    ap.add_argument("--max-new-tokens", type=positive_int, default=160, help="length of each target reply")
+    ap.add_argument("--draft-vocab", type=positive_int, default=8192, help="tokens the head can propose")
+    ap.add_argument("--epochs", type=positive_float, default=3.0, help="passes over the training positions")
+    ap.add_argument("--batch-sequences", type=positive_int, default=8, help="sequences per step")
+    ap.add_argument("--lr", type=positive_float, default=2e-3, help="peak learning rate")
+    ap.add_argument("--w-cls", type=nonnegative_float, default=0.5, help="weight of the token loss (EAGLE: 0.1)")
+    ap.add_argument("--noise", type=nonnegative_float, default=0.1, help="half-width of the uniform feature noise")
+    ap.add_argument("--unroll", type=positive_int, default=2, help="training steps of the head feeding on itself")
+    ap.add_argument("--weight-decay", type=nonnegative_float, default=0.01, help="AdamW weight decay")
+    ap.add_argument("--time-limit", type=positive_float, default=None, help="stop training after this many seconds")
+    ap.add_argument("--max-steps", type=positive_int, default=None,
                     help="stop training after this many steps (the schedule still spans --epochs)")
-    ap.add_argument("--prompt-set", default=None,
+    ap.add_argument("--prompt-set", type=existing_file, default=None,
                     help="a JSON-lines prompt set (id, category, prompt token ids) instead of the mix: the exact "
                          "data of the shipped head: specbook/data/eagle_prompts.jsonl")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (1 is best on a shared CPU)")
-    ap.add_argument("--out", default=str(WEIGHTS_DIR / DEFAULT_NAME))
+    ap.add_argument("--threads", type=threads, default=None, help="torch threads (1 is best on a shared CPU)")
+    ap.add_argument("--out", type=writable_file, default=str(WEIGHTS_DIR / DEFAULT_NAME),
+                    help="path prefix of the written <out>.safetensors and <out>.json")
     args = ap.parse_args(argv)
 
     if args.threads:

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ..cliargs import nonnegative_int, positive_int, threads, writable_file
 from ..models.chat import chat_ids
 from ..models.smollm2 import cache_root
 from .heads_data import SHARED_PER_CATEGORY, training_mix
@@ -319,14 +320,16 @@ def main(argv: list[str] | None = None) -> None:
 
     from ..models.smollm2 import load_smollm2
 
-    ap = argparse.ArgumentParser(description="Draw a prompt set from the training mix, generate SmolLM2's "
+    ap = argparse.ArgumentParser(prog="specbook train features",
+                                 description="Draw a prompt set from the training mix, generate SmolLM2's "
                                              "replies to it (cached) and write it as JSON lines.")
-    ap.add_argument("--out", required=True, help="the prompt-set file to write")
-    ap.add_argument("--train-prompts", type=int, required=True)
-    ap.add_argument("--heldout-prompts", type=int, default=24)
-    ap.add_argument("--shared-per-category", type=int, default=SHARED_PER_CATEGORY)
-    ap.add_argument("--max-new-tokens", type=int, default=160)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", type=writable_file, required=True, help="the prompt-set file to write")
+    ap.add_argument("--train-prompts", type=positive_int, required=True, help="prompts of the training mix")
+    ap.add_argument("--heldout-prompts", type=positive_int, default=24, help="held-out prompts")
+    ap.add_argument("--shared-per-category", type=nonnegative_int, default=SHARED_PER_CATEGORY,
+                    help="prompts per category drawn from the shared training prompts")
+    ap.add_argument("--max-new-tokens", type=positive_int, default=160, help="length of each target reply")
+    ap.add_argument("--threads", type=threads, default=None, help="torch threads (default: torch's own)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from ..cliargs import existing_file, positive_float, positive_int, threads, writable_file
 from ..drafters.medusa import WEIGHTS_DIR, MedusaConfig, MedusaHeads, save_medusa
 from . import recorded_command
 from .features import FeatureSet, draft_vocabulary, validation_indices
@@ -184,21 +185,23 @@ def main(argv: list[str] | None = None) -> None:
     from ..models.smollm2 import load_smollm2
     from .features import heads_training_data
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train-prompts", type=int, default=240)
-    ap.add_argument("--heldout-prompts", type=int, default=24)
-    ap.add_argument("--max-new-tokens", type=int, default=160)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--draft-vocab", type=int, default=8192)
-    ap.add_argument("--epochs", type=float, default=3.0)
-    ap.add_argument("--batch-size", type=int, default=256)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--time-limit", type=float, default=None, help="stop training after this many seconds")
-    ap.add_argument("--prompt-set", default=None,
+    ap = argparse.ArgumentParser(prog="specbook train medusa", description=__doc__,
+                         formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train-prompts", type=positive_int, default=240, help="prompts of the training mix")
+    ap.add_argument("--heldout-prompts", type=positive_int, default=24, help="held-out prompts (never trained on)")
+    ap.add_argument("--max-new-tokens", type=positive_int, default=160, help="length of each target reply")
+    ap.add_argument("--heads", type=positive_int, default=4, help="number of Medusa heads")
+    ap.add_argument("--draft-vocab", type=positive_int, default=8192, help="tokens the head can propose")
+    ap.add_argument("--epochs", type=positive_float, default=3.0, help="passes over the training positions")
+    ap.add_argument("--batch-size", type=positive_int, default=256, help="positions per step")
+    ap.add_argument("--lr", type=positive_float, default=2e-3, help="peak learning rate")
+    ap.add_argument("--time-limit", type=positive_float, default=None, help="stop training after this many seconds")
+    ap.add_argument("--prompt-set", type=existing_file, default=None,
                     help="a JSON-lines prompt set (id, category, prompt token ids) instead of the mix: the exact "
                          "data of the shipped heads: specbook/data/eagle_prompts.jsonl")
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (1 is best on a shared CPU)")
-    ap.add_argument("--out", default=str(WEIGHTS_DIR / DEFAULT_NAME))
+    ap.add_argument("--threads", type=threads, default=None, help="torch threads (1 is best on a shared CPU)")
+    ap.add_argument("--out", type=writable_file, default=str(WEIGHTS_DIR / DEFAULT_NAME),
+                    help="path prefix of the written <out>.safetensors and <out>.json")
     args = ap.parse_args(argv)
 
     if args.threads:
