@@ -85,8 +85,14 @@ def build_page(path: Path, out: Path, timeout: int) -> Page:
     except CellExecutionError as err:
         raise RuntimeError(f"{path.name}: a cell raised; no page written.\n{err}") from None
     seconds = time.perf_counter() - start
+    skipped = [i for i, cell in enumerate(nb.cells)
+               if cell.cell_type == "code" and cell.source.strip() and cell.get("execution_count") is None]
+    if skipped:
+        raise RuntimeError(f"{path.name}: code cells {skipped} did not run; no page written.")
     (out / f"{path.stem}.html").write_text(render_html(nb), encoding="utf-8")
-    return Page(path.stem, lesson_title(nb, path.stem), count_figures(nb), seconds)
+    page = Page(path.stem, lesson_title(nb, path.stem), count_figures(nb), seconds)
+    print(f"{page.name}.html: {page.figures} figures, executed in {page.seconds:.1f} s", flush=True)
+    return page
 
 
 def index_html(pages: list[Page], fast: bool) -> str:
@@ -133,6 +139,7 @@ def build_site(out: Path = OUT, notebooks: Path = NOTEBOOKS, fast: bool = True, 
     paths = sorted(p for p in notebooks.glob("*.ipynb") if not p.name.startswith("."))
     if not paths:
         raise ValueError(f"notebooks: no .ipynb files in {notebooks}")
+    print(f"executing {len(paths)} lessons ({'fast mode' if fast else 'full size'}) into {out}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     for stale in out.glob("*.html"):  # pages of lessons that no longer exist
         stale.unlink()
@@ -163,8 +170,6 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, RuntimeError) as err:
         print(f"build_site: {err}", file=sys.stderr)
         return 1
-    for page in pages:
-        print(f"{page.name}.html: {page.figures} figures, executed in {page.seconds:.1f} s")
     print(f"site: {args.out / 'index.html'} ({len(pages)} lessons, {time.perf_counter() - start:.0f} s)")
     return 0
 
