@@ -93,23 +93,25 @@ def page(chromium):
 def page_problems(page, path: Path, min_figures: int) -> list[str]:
     """Everything wrong with one rendered page, as readable lines (empty when it is fine)."""
     script_errors: list[str] = []
-    page.on("pageerror", lambda exc: script_errors.append(str(exc)))
+    on_error = lambda exc: script_errors.append(str(exc))  # noqa: E731
+    page.on("pageerror", on_error)
+    try:
+        response = page.goto(path.as_uri(), wait_until="load")
+        if response is None or not response.ok:
+            return [f"{path.name}: did not load ({response.status if response else 'no response'})"]
+        figures = page.evaluate(_FIGURES_JS)
+        stderr, outputs = page.evaluate(_STDERR_JS), page.evaluate(_OUTPUT_TEXT_JS)
+    finally:
+        page.remove_listener("pageerror", on_error)
     problems = []
-    response = page.goto(path.as_uri(), wait_until="load")
-    if response is None or not response.ok:
-        return [f"{path.name}: did not load ({response.status if response else 'no response'})"]
-    figures = page.evaluate(_FIGURES_JS)
     if len(figures) < min_figures:
         problems.append(f"{path.name}: {len(figures)} figures shown, the notebook has {min_figures}")
     for i, fig in enumerate(figures):
         if not (fig["decoded"] and fig["width"] > 0 and fig["height"] > 0):
             problems.append(f"{path.name}: figure {i} ({fig['tag']}) shows nothing: {fig}")
-    for text in page.evaluate(_STDERR_JS):
-        if _ERROR_WORD.search(text):
-            problems.append(f"{path.name}: error output: {text[:300]}")
-    for text in page.evaluate(_OUTPUT_TEXT_JS):
-        if "Traceback (most recent call last)" in text:
-            problems.append(f"{path.name}: traceback in an output: {text[:300]}")
+    problems += [f"{path.name}: error output: {text[:300]}" for text in stderr if _ERROR_WORD.search(text)]
+    problems += [f"{path.name}: traceback in an output: {text[:300]}" for text in outputs
+                 if "Traceback (most recent call last)" in text]
     problems += [f"{path.name}: script error: {e}" for e in script_errors]
     return problems
 
