@@ -8,7 +8,8 @@ every request that leaves the machine blocked: the pages must stand on their
 own, figures included (MathJax and the widget renderer come from a CDN when a
 reader is online; offline the math stays as TeX source and the page still reads).
 
-A page fails when it does not load, when an uncaught script error is thrown
+A page fails when it does not load, when it lacks the lesson's closing "all lesson-N
+checks passed ... (fast mode: True)" line, when an uncaught script error is thrown
 on it, when an image output is missing or has no size, or when an output
 holds a traceback or an ``...Error`` (error outputs and stderr streams both
 render as ``application/vnd.jupyter.stderr``). The index must link to exactly
@@ -59,6 +60,7 @@ _STDERR_JS = """() => [...document.querySelectorAll('[data-mime-type="applicatio
 _OUTPUT_TEXT_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output')].map(el => el.innerText)"""
 
 _ERROR_WORD = re.compile(r"Traceback|\b\w*Error\b")
+_CHECKS_PASSED = re.compile(r"all lesson-\d+ checks passed .*\(fast mode: True\)")
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +132,9 @@ def test_site_pages_load_show_figures_and_hold_no_errors(tmp_path, page):
     problems = []
     for built in pages:
         problems += page_problems(page, tmp_path / "site" / f"{built.name}.html", max(built.figures, 1))
+        # Every lesson ends by printing that its checks passed, and in which mode it ran.
+        if not _CHECKS_PASSED.search(page.inner_text("body")):
+            problems.append(f"{built.name}.html: no 'all lesson-N checks passed ... (fast mode: True)' line")
     assert not problems, "\n".join(problems)
 
     page.goto((tmp_path / "site" / "index.html").as_uri())
