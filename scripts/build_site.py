@@ -74,7 +74,7 @@ def build_page(path: Path, out: Path, timeout: int) -> Page:
     """Execute one notebook in its own folder and write ``out/<stem>.html``."""
     import nbformat
     from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
+    from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
@@ -84,6 +84,8 @@ def build_page(path: Path, out: Path, timeout: int) -> Page:
         client.execute()
     except CellExecutionError as err:
         raise RuntimeError(f"{path.name}: a cell raised; no page written.\n{err}") from None
+    except CellTimeoutError as err:
+        raise RuntimeError(f"{path.name}: a cell ran past {timeout} s (--timeout); no page written.\n{err}") from None
     seconds = time.perf_counter() - start
     skipped = [i for i, cell in enumerate(nb.cells)
                if cell.cell_type == "code" and cell.source.strip() and cell.get("execution_count") is None]

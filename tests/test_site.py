@@ -31,7 +31,11 @@ import pytest
 from browser_server import CHROMIUM, CHROMIUM_ARGS, STEP_S, require_browser_tools
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD_BUDGET_S = 240  # five lessons in fast mode on two cores, kernels started one after another
+# A hard stop, not a target: five lessons in fast mode, one after another, on two cores
+# that other work may share (the real-model lesson 4 dominates). CELL_TIMEOUT_S is
+# per cell, as in build_site's --timeout.
+BUILD_BUDGET_S = 1500
+CELL_TIMEOUT_S = 1200
 
 pytestmark = pytest.mark.browser
 
@@ -124,7 +128,7 @@ def test_site_pages_load_show_figures_and_hold_no_errors(tmp_path, page):
     import time
 
     start = time.monotonic()
-    pages = build_site.build_site(tmp_path / "site")
+    pages = build_site.build_site(tmp_path / "site", timeout=CELL_TIMEOUT_S)
     seconds = time.monotonic() - start
     lessons = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
     assert [p.name for p in pages] == lessons
