@@ -132,7 +132,7 @@ def index_html(pages: list[Page], fast: bool) -> str:
 
 
 def build_site(out: Path = OUT, notebooks: Path = NOTEBOOKS, fast: bool = True, jobs: int = 1,
-               timeout: int = 600) -> list[Page]:
+               timeout: int = 1200) -> list[Page]:
     """Execute and render every ``notebooks/*.ipynb`` into ``out``; returns the pages in order."""
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebooks", type=Path, default=NOTEBOOKS, help="folder of .ipynb lessons")
     parser.add_argument("--full", action="store_true", help="run the lessons at full size instead of fast mode")
     parser.add_argument("--jobs", type=int, default=1, help="lessons executed at once (default: 1)")
-    parser.add_argument("--timeout", type=int, default=600, help="seconds one cell may run (default: 600)")
+    parser.add_argument("--timeout", type=int, default=1200, help="seconds one cell may run (default: 1200)")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
