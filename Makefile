@@ -7,7 +7,7 @@
 # pin environment.yml uses too.
 #
 # Also: make site (the lessons executed and rendered to build/site/), make tour,
-# make figures. PYTHON=python3.12 or VENV=~/venvs/specbook choose another interpreter or place.
+# make figures. PYTHON=python3.12 or VENV=$HOME/venvs/specbook choose another interpreter or place.
 
 PYTHON ?= python3
 VENV ?= .venv
