@@ -29,7 +29,7 @@ from .sampling import sample
 SUM_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
 
 
-def _work_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
+def work_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
     """float64 if any input is float64, else float32 (half inputs are upcast)."""
     return torch.float64 if any(t is not None and t.dtype == torch.float64 for t in tensors) else torch.float32
 
@@ -120,7 +120,7 @@ def verify_chain(
     _check_chain_inputs(target_probs, draft_probs, draft_tokens)
     B, K1, V = target_probs.shape
     K = K1 - 1
-    dtype = _work_dtype(target_probs, draft_probs)
+    dtype = work_dtype(target_probs, draft_probs)
     device = target_probs.device
     p = target_probs.to(dtype)  # (B, K+1, V)
     draft_tokens = draft_tokens.long()
@@ -171,7 +171,7 @@ def verify_token(
             raise ValueError(f"draft_probs has shape {tuple(draft_probs.shape)}, target_probs {tuple(target_probs.shape)}")
     if not isinstance(draft_token, int) or not 0 <= draft_token < V:
         raise ValueError(f"draft_token must be an int in [0, {V}), got {draft_token!r}")
-    dtype = _work_dtype(target_probs, draft_probs)
+    dtype = work_dtype(target_probs, draft_probs)
     p = target_probs.to(dtype)
     q = torch.nn.functional.one_hot(torch.tensor(draft_token), V).to(dtype) if draft_probs is None else draft_probs.to(dtype)
     u = torch.rand((), generator=generator, device=p.device, dtype=dtype)

@@ -63,7 +63,7 @@ import torch
 
 from .sampling import sample
 from .tree import check_parents, children, depths, max_path_length
-from .verify import _work_dtype, check_probs, check_tokens, residual
+from .verify import work_dtype, check_probs, check_tokens, residual
 
 __all__ = ["verify_tree", "verify_tree_greedy", "typical_acceptance", "child_table", "keep_indices"]
 
@@ -139,7 +139,7 @@ def verify_tree(
     B, N1, V = target_probs.shape
     N = N1 - 1
     device = target_probs.device
-    dtype = _work_dtype(target_probs, draft_probs)
+    dtype = work_dtype(target_probs, draft_probs)
     p_all = target_probs.to(dtype)  # (B, N+1, V)
     q_all = None if draft_probs is None else draft_probs.to(dtype)  # (B, N, V)
     x_all = draft_tokens.long()  # (B, N)
@@ -269,7 +269,7 @@ def typical_acceptance(
     B, N1, V = target_probs.shape
     N = N1 - 1
     device = target_probs.device
-    dtype = _work_dtype(target_probs)
+    dtype = work_dtype(target_probs)
     p_all = target_probs.to(dtype)  # (B, N+1, V)
     x_all = draft_tokens.long()  # (B, N)
     entropy = torch.special.entr(p_all).sum(-1)  # (B, N+1)
