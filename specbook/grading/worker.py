@@ -119,6 +119,7 @@ class Runner:
             if not self.process.is_alive():
                 break
         self.dead = True
+        self.process.join(5)
         code = self.process.exitcode
         raise CallFailed("crashed", f"the process running the function died (exit code {code}) during call "
                                     f"{int(self.progress[0])}: the function crashed the interpreter or called "
