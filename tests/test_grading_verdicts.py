@@ -19,7 +19,7 @@ import torch
 from specbook.grading import check_token_rule, check_verifier
 from specbook.grading import worker
 from specbook.grading.catalogue import (CORRECT_TOKEN_RULES, CORRECT_VERIFIERS, LOSSLESS_TOKEN_RULES,
-                                        LOSSLESS_VERIFIERS, verifier_loop)
+                                        LOSSLESS_VERIFIERS, rule_multinomial, verifier_loop)
 from specbook.grading.report import FAIL
 
 ids = lambda entries: [e.name for e in entries]  # noqa: E731
@@ -75,6 +75,20 @@ def test_float32_sampler_is_lossless_and_told_about_the_precision():
     assert failed and {c.case for c in failed} == {"tiny K=1"}
     assert all("your code computes in float32" in c.hint and "2e-10" in c.hint for c in failed)
     assert "not from another position's row" not in str(report)
+
+
+def test_float32_token_rule_gets_the_same_hint():
+    def rule_float32(p, q, x, g):
+        return rule_multinomial(p.float(), q.float(), x, g)
+
+    report = check_token_rule(rule_float32, seed=0)
+    assert report.lossless and not report.standard
+    assert report.failures and all(c.case == "tiny" and "float32" in c.hint for c in report.failures)
+
+
+def test_a_float32_hint_is_not_given_when_other_cases_fail_too():
+    report = check_verifier(lambda p, q, x, g: verifier_float32(p, q.flip(-1), x, g), seed=0, fail_fast=True)
+    assert not report.lossless and not any("float32" in c.hint for c in report.failures)
 
 
 def test_fixed_draft_hint_names_the_law_tested():
