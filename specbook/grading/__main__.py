@@ -61,10 +61,12 @@ def _chosen(which: str):
     return [c for c in CHECKERS if which in ("both", c[0])]
 
 
-def detection_table(seeds: int, full_seeds: int, which: str = "both") -> str:
+def detection_table(seeds: int, full_seeds: int, which: str = "both", names=()) -> str:
     lines = []
     for name, checker, _, _, broken, _ in _chosen(which):
-        rows = run_entries(checker, broken, range(seeds), full_seeds=full_seeds)
+        if not _only(broken, names):
+            continue
+        rows = run_entries(checker, _only(broken, names), range(seeds), full_seeds=full_seeds)
         lines += [f"\n`{name}`: {len(rows)} lossy implementations, {seeds} seeds each\n",
                   "| bug | lossless=False | standard=False | predicted power (lossless tests only / all) | "
                   "n margin (all) | first failing check | s/check (fail_fast) |",
@@ -136,8 +138,8 @@ def main(argv=None) -> None:
                     help="seeds per implementation (default 100; 1 for audit; 0 with --calibration: the null "
                          "simulation alone)")
     ap.add_argument("--entry", action="append", default=[], metavar="NAME",
-                    help="with --calibration: only the implementations whose name contains NAME (repeatable), "
-                         "e.g. to run them in parallel processes")
+                    help="with --calibration or --detection-table: only the implementations whose name contains "
+                         "NAME (repeatable), e.g. to run them in parallel processes")
     ap.add_argument("--full-seeds", type=_positive, default=3,
                     help="full (not fail_fast) runs per lossy implementation for the power calculation (default 3)")
     ap.add_argument("--null-reps", type=_non_negative, default=10_000,
@@ -161,7 +163,7 @@ def main(argv=None) -> None:
     if args.calibration:
         print(calibration(seeds, args.null_reps, args.checker, args.entry))
     if args.detection_table:
-        print(detection_table(seeds, args.full_seeds, args.checker))
+        print(detection_table(seeds, args.full_seeds, args.checker, args.entry))
     print(f"\n<!-- total {time.perf_counter() - t0:.0f} s -->")
 
 
