@@ -39,3 +39,16 @@ def test_bad_arguments():
         main(["--seeds", "0", "audit"])
     with pytest.raises(SystemExit):
         main([])
+
+
+def test_measurement_flags_select_checker_and_entries(capsys):
+    main(["--calibration", "--checker", "check_token_rule", "--seeds", "0", "--null-reps", "2"])
+    out = capsys.readouterr().out
+    assert "2 replicates of the 14-test family" in out and "check_verifier" not in out
+    main(["--detection-table", "--checker", "check_verifier", "--entry", "padded", "--seeds", "1",
+          "--full-seeds", "1"])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| padded output")]
+    assert len(rows) == 1 and "| 1/1 | 1/1 |" in rows[0]  # lossless=False and standard=False at the one seed
+    with pytest.raises(SystemExit):
+        main(["--detection-table", "--seeds", "0"])
