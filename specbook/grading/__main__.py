@@ -10,12 +10,16 @@ from __future__ import annotations
 import argparse
 import math
 import platform
-import resource
 import shlex
 import sys
 import time
 
 import torch
+
+try:
+    import resource  # POSIX: CPU time of finished child processes
+except ImportError:  # Windows
+    resource = None
 
 from . import check_token_rule, check_verifier
 from .audit import audit
@@ -108,6 +112,8 @@ def calibration(seeds: int, null_reps: int, which: str = "both", names=()) -> st
 
 def _cpu_seconds() -> float:
     """CPU time of this process and of its finished children (the checker's worker processes)."""
+    if resource is None:
+        return time.process_time()
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     return time.process_time() + children.ru_utime + children.ru_stime
 
