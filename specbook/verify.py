@@ -18,6 +18,12 @@ position K, which the single verification pass has already computed.
 Conventions: ``target_probs`` are p, ``draft_probs`` are q.  ``draft_probs=None``
 means deterministic drafts (q is one-hot on the drafted token), as produced by
 n-gram lookup or greedy drafting.  Every random draw comes from ``generator``.
+
+For serving engines, :func:`verify_chain` also takes one generator per row (a
+row's output then depends only on its own generator, as with per-request seeds)
+and ragged drafts (``num_drafts``: row b verifies only its first num_drafts[b]
+drafts; the padding after them is never read, and its bonus comes from
+target_probs[b, num_drafts[b]]).
 """
 from __future__ import annotations
 
@@ -86,6 +92,53 @@ def _check_chain_inputs(target_probs, draft_probs, draft_tokens) -> None:
         check_probs("draft_probs", draft_probs, ndim=3)
 
 
+def _check_generators(generator, B: int) -> list | None:
+    """None for one shared generator (or None); else the list of B per-row generators, validated."""
+    if generator is None or isinstance(generator, torch.Generator):
+        return None
+    if not isinstance(generator, (list, tuple)) or len(generator) != B:
+        raise ValueError(f"generator must be a torch.Generator, None, or a list of B = {B} generators (one per "
+                         f"row), got {type(generator).__name__}"
+                         + (f" of length {len(generator)}" if isinstance(generator, (list, tuple)) else ""))
+    for b, g in enumerate(generator):
+        if not isinstance(g, torch.Generator):
+            raise ValueError(f"generator[{b}] must be a torch.Generator, got {type(g).__name__}")
+    return list(generator)
+
+
+def _check_num_drafts(num_drafts, B: int, K: int) -> torch.Tensor:
+    if not isinstance(num_drafts, torch.Tensor) or num_drafts.dtype not in (torch.int64, torch.int32, torch.int16,
+                                                                              torch.uint8):
+        raise ValueError(f"num_drafts must be an integer tensor of shape ({B},), got "
+                         f"{getattr(num_drafts, 'dtype', type(num_drafts).__name__)}")
+    if tuple(num_drafts.shape) != (B,):
+        raise ValueError(f"num_drafts must have shape ({B},) (one count per row), got {tuple(num_drafts.shape)}")
+    if num_drafts.numel() and (num_drafts.min() < 0 or num_drafts.max() > K):
+        bad = num_drafts[(num_drafts < 0) | (num_drafts > K)][0].item()
+        raise ValueError(f"num_drafts contains {bad}, outside [0, K = {K}]")
+    return num_drafts.long()
+
+
+def _fill_padding(target_probs, draft_probs, draft_tokens, num_drafts):
+    """Replace what lies past each row's drafts by harmless values, so that padding is never validated or used."""
+    if not isinstance(target_probs, torch.Tensor) or target_probs.ndim != 3 or not target_probs.is_floating_point():
+        raise ValueError(f"target_probs must be a (B, K+1, V) float tensor, got "
+                         f"{getattr(target_probs, 'shape', type(target_probs).__name__)}")
+    B, K1, V = target_probs.shape
+    if not isinstance(draft_tokens, torch.Tensor) or tuple(draft_tokens.shape) != (B, K1 - 1):
+        raise ValueError(f"draft_tokens must have shape {(B, K1 - 1)}, got {getattr(draft_tokens, 'shape', draft_tokens)!r}")
+    num_drafts = _check_num_drafts(num_drafts, B, K1 - 1)
+    device = target_probs.device
+    real = torch.arange(K1 - 1, device=device) < num_drafts[:, None]  # (B, K) drafts that are verified
+    real_t = torch.arange(K1, device=device) <= num_drafts[:, None]  # (B, K+1) target rows that are read
+    uniform = torch.full((), 1.0 / V, dtype=target_probs.dtype, device=device)
+    target_probs = torch.where(real_t[..., None], target_probs, uniform)  # (B, K+1, V)
+    if draft_probs is not None and isinstance(draft_probs, torch.Tensor) and draft_probs.shape == (B, K1 - 1, V):
+        draft_probs = torch.where(real[..., None], draft_probs, uniform.to(draft_probs.dtype))  # (B, K, V)
+    draft_tokens = torch.where(real, draft_tokens, torch.zeros((), dtype=draft_tokens.dtype, device=device))
+    return target_probs, draft_probs, draft_tokens, num_drafts
+
+
 def residual(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
     """max(0, p - q), normalised over the last dim (..., V).
 
@@ -103,7 +156,8 @@ def verify_chain(
     target_probs: torch.Tensor,
     draft_probs: torch.Tensor | None,
     draft_tokens: torch.Tensor,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | list[torch.Generator] | None = None,
+    num_drafts: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Verify a chain of K drafted tokens per row in one go.
 
@@ -111,15 +165,26 @@ def verify_chain(
         target_probs: (B, K+1, V) target distribution at each draft position plus the bonus position.
         draft_probs:  (B, K, V) the distribution each draft was sampled from, or None (one-hot drafts).
         draft_tokens: (B, K) long.
-        generator: source of every random draw (one uniform per position, then one categorical per row).
+        generator: source of every random draw.  One generator (or None): a (B, K) block of uniforms,
+            then one categorical per row, in that order (padding positions draw a uniform that is not
+            used).  A list of B generators: row b draws num_drafts[b] uniforms and then its last token
+            from generator[b] alone, so its output does not depend on the other rows or on K.
+        num_drafts: (B,) integer in 0..K, or None (every row has K drafts).  Row b verifies
+            draft_tokens[b, :num_drafts[b]]; the padding after them (tokens and probability rows,
+            target rows past num_drafts[b]) is never read, and the bonus comes from
+            target_probs[b, num_drafts[b]].
 
     Returns:
         tokens: (B, K+1) long: the accepted draft prefix, then one corrected or bonus token, then -1 padding.
-        num_emitted: (B,) long in 1..K+1.
+        num_emitted: (B,) long in 1..num_drafts+1.
     """
+    if num_drafts is not None:
+        target_probs, draft_probs, draft_tokens, num_drafts = _fill_padding(target_probs, draft_probs, draft_tokens,
+                                                                            num_drafts)
     _check_chain_inputs(target_probs, draft_probs, draft_tokens)
     B, K1, V = target_probs.shape
     K = K1 - 1
+    per_row = _check_generators(generator, B)
     dtype = work_dtype(target_probs, draft_probs)
     device = target_probs.device
     p = target_probs.to(dtype)  # (B, K+1, V)
@@ -135,16 +200,26 @@ def verify_chain(
     # and q(x) == 0 < p(x) (a draft the drafter "could not" have made) is accepted (min(1, p/0) = 1).
     p_x = p[:, :K].gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)  # (B, K)
     q_x = q.gather(-1, draft_tokens.unsqueeze(-1)).squeeze(-1)  # (B, K)
-    u = torch.rand((B, K), generator=generator, device=device, dtype=dtype)  # (B, K)
-    accepted = u * q_x < p_x  # (B, K)
+    n_drafts = torch.full((B,), K, device=device) if num_drafts is None else num_drafts.to(device)  # (B,)
+    if per_row is None:
+        u = torch.rand((B, K), generator=generator, device=device, dtype=dtype)  # (B, K)
+    else:
+        u = torch.ones((B, K), device=device, dtype=dtype)  # (B, K); padding stays 1: never accepted
+        for b, g in enumerate(per_row):
+            u[b, : int(n_drafts[b])] = torch.rand(int(n_drafts[b]), generator=g, device=device, dtype=dtype)
+    accepted = (u * q_x < p_x) & (torch.arange(K, device=device) < n_drafts[:, None])  # (B, K)
     num_accepted = accepted.long().cumprod(-1).sum(-1)  # (B,) stop at the first rejection
 
-    # The last token comes from the residual at the first rejected position, or from p at
-    # position K (the bonus).  Padding q with a zero row at K makes both one formula.
+    # The last token comes from the residual at the first rejected position, or from p at the row's
+    # bonus position num_drafts (K unless ragged).  A zero q there makes both one formula.
     q_padded = torch.cat([q, q.new_zeros(B, 1, V)], dim=1)  # (B, K+1, V)
     rows = torch.arange(B, device=device)
-    last_dist = residual(p[rows, num_accepted], q_padded[rows, num_accepted])  # (B, V)
-    last_token = sample(last_dist, generator)  # (B,)
+    rejected = (num_accepted < n_drafts).to(dtype)[:, None]  # (B, 1): 0 for a bonus
+    last_dist = residual(p[rows, num_accepted], q_padded[rows, num_accepted] * rejected)  # (B, V)
+    if per_row is None:
+        last_token = sample(last_dist, generator)  # (B,)
+    else:
+        last_token = torch.stack([sample(last_dist[b], g) for b, g in enumerate(per_row)])  # (B,)
 
     positions = torch.arange(K1, device=device).expand(B, K1)  # (B, K+1)
     drafts_padded = torch.cat([draft_tokens, draft_tokens.new_full((B, 1), -1)], dim=1)  # (B, K+1)

@@ -1,14 +1,17 @@
-"""The grading checker: is this sampler exactly lossless?  (Statistical, calibrated, explained.)
+"""The grading checker: is this sampler exactly lossless, and is it the standard algorithm?
 
     >>> from specbook.grading import check_token_rule, check_verifier
     >>> report = check_token_rule(my_rule)        # fn(target_probs, draft_probs, draft_token, generator) -> int
-    >>> report.passed, print(report)
-    >>> check_verifier(my_verifier)               # fn(target_probs, draft_probs, draft_tokens, generator) -> LongTensor
+    >>> report.lossless, report.standard, report.passed, print(report)
+    >>> check_verifier(my_verifier, require="lossless")  # fn(target_probs, draft_probs, draft_tokens, generator)
 
-A correct implementation passes with probability at least 1 - alpha (alpha = 1e-3 by
-default, family-wise over all statistical tests of one report, Holm) for every seed;
-every bug in :mod:`specbook.grading.catalogue` fails with probability at least 0.99
-(see docs/grading.md for the detection table and timings).
+Two verdicts per report: ``lossless`` (the output follows the target, whatever the
+sampler does with the draft) and ``standard`` (the modified rejection sampler's own
+laws); ``passed`` follows ``require`` ("standard" by default).  A sampler for which a
+verdict holds gets it with probability at least 1 - alpha (alpha = 1e-3 by default,
+family-wise over all statistical tests of one report, Holm) for every seed; every lossy
+bug in :mod:`specbook.grading.catalogue` fails ``lossless`` with probability at least
+0.99 (see docs/grading.md for the tables, the timings and the audit of transformers).
 """
 from .calls import CallFailed, LimitedCaller
 from .engine import DEFAULT_ALPHA, DEFAULT_CALL_TIMEOUT, DEFAULT_TIME_BUDGET

@@ -1,9 +1,16 @@
-"""Calling code under test safely: a per-call time limit, exceptions and bad outputs as data.
+"""Calling code under test safely: exceptions and bad outputs as data; the in-process timer.
 
-The checker must never crash because the function it checks misbehaves.  Every
-call goes through :class:`LimitedCaller`, which turns an exception, a timeout or a
-malformed return value into a :class:`CallFailed` carrying a message meant for a
-student.
+The checker must never crash because the function it checks misbehaves.  An
+exception, a timeout or a malformed return value becomes a :class:`CallFailed`
+carrying a message meant for a student.
+
+Normally the calls run in a worker process that the checker kills when a call
+overruns (:mod:`specbook.grading.worker`).  :class:`LimitedCaller` is the
+fallback for a function that cannot be sent to a worker (a spawn-only platform
+and a function that cannot be pickled), and it is weaker: a student's bare
+``except:`` inside a loop can swallow its alarm, and code that ignores the alarm
+runs on.  A limit of ``math.inf`` (or anything above ``MAX_ALARM`` seconds, which
+``setitimer`` cannot represent on every platform) arms no alarm at all.
 
 Time limit.  On POSIX, in the main thread (a script, pytest, a Jupyter kernel),
 each call runs under ``signal.setitimer(ITIMER_REAL, limit)``; the alarm raises
@@ -24,7 +31,6 @@ import os
 import queue
 import signal
 import threading
-import time
 import traceback
 from typing import Any, Callable
 
@@ -34,13 +40,16 @@ import torch
 class CallFailed(Exception):
     """The function under test raised, timed out or returned something unusable.
 
-    kind: "raised" | "timeout" | "bad output" | "modified input"
+    kind: "raised" | "timeout" | "bad output" | "modified input" | "crashed" | "budget"
     """
 
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
         self.message = message
+
+
+MAX_ALARM = 1e6  # seconds; a longer per-call limit is treated as "no limit" by the in-process timer
 
 
 class _Deadline(BaseException):
@@ -72,10 +81,11 @@ class LimitedCaller:
     def __init__(self, fn: Callable, limit: float):
         if not callable(fn):
             raise ValueError(f"fn must be callable, got {type(fn).__name__}")
-        if not (isinstance(limit, (int, float)) and limit > 0):
+        if isinstance(limit, bool) or not (isinstance(limit, (int, float)) and limit > 0):
             raise ValueError(f"call_timeout must be a positive number of seconds, got {limit!r}")
         self.fn = fn
         self.limit = float(limit)
+        self.armed = self.limit <= MAX_ALARM
         self.use_signal = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
         self._old_handler = None
         self._worker: threading.Thread | None = None
@@ -102,11 +112,13 @@ class LimitedCaller:
         if not self.use_signal:
             return self._call_threaded(args)
         try:
-            signal.setitimer(signal.ITIMER_REAL, self.limit)
+            if self.armed:
+                signal.setitimer(signal.ITIMER_REAL, self.limit)
             try:
                 return self.fn(*args)
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                if self.armed:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
         except _Deadline:
             self.hung = True
             raise CallFailed("timeout", f"did not return within the per-call limit of {self.limit:g} s") from None
@@ -132,7 +144,7 @@ class LimitedCaller:
             self._worker.start()
         self._jobs.put(args)
         try:
-            ok, value = self._results.get(timeout=self.limit)
+            ok, value = self._results.get(timeout=self.limit if self.armed else None)
         except queue.Empty:
             self.hung = True
             raise CallFailed("timeout", f"did not return within the per-call limit of {self.limit:g} s "
@@ -184,14 +196,3 @@ def as_block(out: Any, max_len: int) -> list[int]:
 def _short(x: Any, limit: int = 60) -> str:
     text = repr(x)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-class Stopwatch:
-    """Wall-clock seconds since creation."""
-
-    def __init__(self):
-        self.start = time.perf_counter()
-
-    @property
-    def seconds(self) -> float:
-        return time.perf_counter() - self.start

@@ -34,6 +34,11 @@ class TokenCase:
     drafts: str = "sampled"  # "sampled" (x ~ q) or "cycled" (every x with q(x) > 0 in turn)
     statistical: bool = True
 
+    @property
+    def residual_mass(self) -> float:
+        """sum max(0, p - q): the probability of a rejection over x ~ q (0 when p == q)."""
+        return _residual_mass(self.target_probs[None], self.draft_probs[None])
+
 
 @dataclass(frozen=True, eq=False)
 class ChainCase:
@@ -44,6 +49,17 @@ class ChainCase:
     n: int
     statistical: bool = True
     draft_tokens: tuple[int, ...] | None = None  # fixed drafts (conditional law); None: x_i ~ q_i
+
+    @property
+    def residual_mass(self) -> float:
+        """The smallest positive sum max(0, p_j - q_j) over the draft positions (0 when p == q everywhere)."""
+        return _residual_mass(self.target_probs[:-1], self.draft_probs)
+
+
+def _residual_mass(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> float:
+    mass = (target_probs.double() - draft_probs.double()).clamp(min=0).sum(-1)  # (K,)
+    mass = mass[mass > 0]
+    return float(mass.min()) if mass.numel() else 0.0
 
 
 def _t(rows, dtype=torch.float64) -> torch.Tensor:

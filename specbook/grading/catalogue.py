@@ -1,5 +1,9 @@
 """Implementations the checker is judged by: correct ones that must pass, broken ones that must fail.
 
+Three kinds: CORRECT_* (the modified rejection sampler: lossless and standard),
+LOSSLESS_* (lossless but not the standard algorithm: lossless=True, standard=False)
+and BROKEN_* (lossy: lossless=False, and so standard=False).
+
 Shape legend: K draft length, V vocab.
 
 The correct implementations use randomness in different ways (inverse CDF,
@@ -127,8 +131,21 @@ def bug_always_accept(p, q, x, g):
     return x
 
 
-def bug_ignore_draft(p, q, x, g):
+def rule_ignore_draft(p, q, x, g):
     return int(torch.multinomial(p, 1, generator=g))  # lossless, but never keeps a draft on purpose
+
+
+def rule_draft_certain(p, q, x, g):
+    """Treat the draft as certain: keep x w.p. p(x), else sample p with x removed (renormalised).
+
+    P(emit z) = p(x) [z = x] + (1 - p(x)) p(z) [z != x] / (1 - p(x)) = p(z) for every x: lossless
+    whatever the draft, but it keeps x with probability p(x) <= min(1, p(x)/q(x)).
+    """
+    if _u(g, p) < p[x]:
+        return x
+    rest = p.clone()
+    rest[x] = 0
+    return int(torch.multinomial(rest, 1, generator=g))  # rest has mass 1 - p(x) > 0 here
 
 
 def bug_greedy_residual(p, q, x, g):
@@ -179,8 +196,6 @@ BROKEN_TOKEN_RULES = (
           ('p = 0', 'residual')),
     Entry("always accept", "no verification at all", bug_always_accept,
           ('p = 0', 'acceptance')),
-    Entry("ignore the draft", "always samples p: lossless but never speculative", bug_ignore_draft,
-          ('acceptance',)),
     Entry("greedy residual", "argmax of the residual instead of a sample", bug_greedy_residual,
           ('residual',)),
     Entry("accept w.p. p(x), residual", "acceptance ignores q; residual right", bug_accept_p_residual,
@@ -189,6 +204,14 @@ BROKEN_TOKEN_RULES = (
           ('acceptance',)),
     Entry("epsilon in the normaliser", "r / (sum + 1e-6) then inverse CDF", bug_epsilon_normaliser,
           ('p = 0',)),
+)
+
+
+LOSSLESS_TOKEN_RULES = (
+    Entry("draft treated as certain", "keep x w.p. p(x), else sample p without x", rule_draft_certain,
+          ('acceptance',)),
+    Entry("ignore the draft", "always samples p: lossless but never speculative", rule_ignore_draft,
+          ('acceptance',)),
 )
 
 
@@ -282,9 +305,19 @@ def vbug_bonus_row(p, q, x, g):
     return _chain(p, q, x, g, bonus_row=len(x) - 1)
 
 
-def vbug_no_bonus(p, q, x, g):
+def verifier_no_bonus(p, q, x, g):
     out = _chain(p, q, x, g)
-    return out[: len(x)] if len(out) == len(x) + 1 else out
+    return out[: len(x)] if len(out) == len(x) + 1 else out  # lossless: the next step samples p_K itself
+
+
+def verifier_draft_certain(p, q, x, g):
+    """Each draft treated as certain (EAGLE's tree rule, vLLM's n-gram path, transformers' sample-and-match)."""
+    def last(j):
+        rest = p[j].clone()
+        rest[x[j]] = 0
+        return int(torch.multinomial(rest, 1, generator=g))
+
+    return _chain(p, q, x, g, accept=lambda j, u: bool(u < p[j, x[j]]), last=last)
 
 
 def vbug_off_by_one(p, q, x, g):
@@ -331,11 +364,6 @@ def vbug_padded(p, q, x, g):
     return tokens[0]  # keeps the -1 padding
 
 
-def vbug_one_hot_drafts(p, q, x, g):
-    one_hot = torch.nn.functional.one_hot(x, p.shape[1]).to(p.dtype)  # as if drafts were deterministic
-    return _chain(p, one_hot, x, g)
-
-
 BROKEN_VERIFIERS = (
     Entry("not stopping at the first rejection", "skips rejected drafts and keeps going", vbug_no_stop,
           ('well-formed',)),
@@ -343,8 +371,6 @@ BROKEN_VERIFIERS = (
           ('number of accepted', 'acceptance')),
     Entry("bonus from the wrong row", "bonus sampled from target_probs[K-1]", vbug_bonus_row,
           ('bonus', 'well-formed')),
-    Entry("no bonus token", "returns only the K drafts when all are accepted", vbug_no_bonus,
-          ('number of accepted',)),
     Entry("draft/target off by one", "draft j judged by target_probs[j+1]", vbug_off_by_one,
           ('acceptance', 'well-formed')),
     Entry("resample from p", "rejection draws from p_j, not the residual", vbug_resample_p,
@@ -363,6 +389,13 @@ BROKEN_VERIFIERS = (
           ('acceptance',)),
     Entry("padded output", "returns the (K+1,) row with -1 padding", vbug_padded,
           ('well-formed',)),
-    Entry("draft probabilities ignored", "treats sampled drafts as one-hot (n-gram rule)", vbug_one_hot_drafts,
+)
+
+
+LOSSLESS_VERIFIERS = (
+    Entry("drafts treated as certain", "keep x_j w.p. p_j(x_j), else sample p_j without x_j (the one-hot "
+          "n-gram rule on sampled drafts)", verifier_draft_certain,
           ('acceptance',)),
+    Entry("no bonus token", "returns only the K drafts when all are accepted", verifier_no_bonus,
+          ('number of accepted',)),
 )

@@ -6,9 +6,10 @@ Three measurements, all printed by ``python -m specbook.grading``:
   drawn from the exact lossless law (vectorised: the drafts as the checker draws
   them, the outputs by the modified rejection sampler vectorised over all
   calls at once, in numpy, independently of the library's verifier), many
-  replicates: the fraction of reports that fail estimates
-  the family-wise false-alarm rate, which Holm bounds by alpha = 1e-3;
-* **correct implementations** (``catalogue.CORRECT_*``) checked over many seeds;
+  replicates: the fraction of reports that fail each verdict estimates its
+  family-wise false-alarm rate, which Holm bounds by alpha = 1e-3;
+* **correct implementations** (``catalogue.CORRECT_*``, and the lossless but
+  non-standard ``catalogue.LOSSLESS_*``) checked over many seeds, both verdicts;
 * **broken implementations** (``catalogue.BROKEN_*``) checked over many seeds,
   with a predicted power from a noncentral chi-square power calculation
   (Cohen 1988, ch. 7): each test's noncentrality is estimated from a full run as
@@ -20,7 +21,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -115,24 +116,25 @@ def null_report(plan: Plan, seed: int, alpha: float = 1e-3) -> Report:
     simulate = _null_token if plan.subject == "token rule" else _null_chain
     for case in plan.cases:
         if plan.n_laws(case):
-            checks.extend(plan.analyse(case, simulate(case, rng)))
+            checks.extend(plan.analyse(case, simulate(case, rng), rng))
     family = sum(plan.n_laws(c) for c in plan.cases)
     return Report(plan.subject, "exact law (simulated)", seed, alpha, tuple(judge_family(checks, alpha, family)),
                   0, 0.0, {}, family)
 
 
 def null_simulation(plan: Plan, reps: int, alpha: float = 1e-3) -> dict:
-    """Fraction of ``reps`` simulated null reports that fail, and the rejections of the smaller levels."""
-    minp, fails = [], 0
+    """How many of ``reps`` simulated null reports fail (each verdict), and the rejections at larger levels."""
+    minp, fails, lossless_fails = [], 0, 0
     family = sum(plan.n_laws(c) for c in plan.cases)
     t0 = time.perf_counter()
     for r in range(reps):
         rep = null_report(plan, r, alpha)
-        fails += not rep.passed
+        fails += not rep.standard
+        lossless_fails += not rep.lossless
         ps = [c.pvalue for c in rep.checks if c.kind == "law" and c.pvalue is not None]
         minp.append(min(ps) * family)  # Bonferroni-adjusted smallest p: the report fails iff this <= alpha
     minp = np.asarray(minp)
-    return {"reps": reps, "failed": fails, "alpha": alpha, "family": family,
+    return {"reps": reps, "failed": fails, "failed_lossless": lossless_fails, "alpha": alpha, "family": family,
             "at_0.01": float(np.mean(minp <= 0.01)), "at_0.05": float(np.mean(minp <= 0.05)),
             "at_0.1": float(np.mean(minp <= 0.1)), "seconds": time.perf_counter() - t0}
 
@@ -143,33 +145,48 @@ def null_simulation(plan: Plan, reps: int, alpha: float = 1e-3) -> dict:
 class Row:
     name: str
     description: str
-    failed: int
+    failed: int  # seeds at which the standard verdict failed
     seeds: int
     seconds: float  # mean wall time of one check
     caught_by: str = ""  # most frequent first failing check
     power: float = float("nan")  # predicted (median over full runs)
     margin: float = float("nan")  # default n / n needed for power 0.99 (worst over full runs)
+    failed_lossless: int = 0  # seeds at which the lossless verdict failed
+    lossless_power: float = float("nan")  # predicted from the lossless tests and the properties alone
+
+
+def lossless_only(report: Report) -> Report:
+    """The report restricted to what the lossless verdict looks at (properties and lossless-scope laws)."""
+    kept = tuple(c for c in report.checks if c.kind != "law" or c.scope == "lossless")
+    return replace(report, checks=kept)
 
 
 def run_entries(checker, entries, seeds: range, full_seeds: int = 0, fail_fast: bool = True) -> list[Row]:
-    """Check every entry at every seed; ``full_seeds`` extra full runs feed the power calculation."""
+    """Check every entry at every seed, both verdicts; ``full_seeds`` extra full runs feed the power calculation.
+
+    The runs use ``require="lossless"``: with ``fail_fast`` a run stops once the lossless verdict has
+    failed (then the standard one has too) and otherwise runs to the end, so both verdicts are exact.
+    """
     rows = []
     for e in entries:
-        failed, secs, caught = 0, [], []
+        failed, lossy, secs, caught = 0, 0, [], []
         for s in seeds:
             t0 = time.perf_counter()
-            rep = checker(e.fn, seed=s, fail_fast=fail_fast)
+            rep = checker(e.fn, seed=s, fail_fast=fail_fast, require="lossless")
             secs.append(time.perf_counter() - t0)
-            if not rep.passed:
-                failed += 1
+            failed += not rep.standard
+            lossy += not rep.lossless
+            if rep.failures:
                 f = rep.failures[0]
                 caught.append(f"{f.case}: {f.name}")
-        print(f"  {e.name}: {failed}/{len(seeds)} failed, {statistics.fmean(secs):.2f} s/check", file=sys.stderr, flush=True)
+        print(f"  {e.name}: standard failed {failed}/{len(seeds)}, lossless failed {lossy}/{len(seeds)}, "
+              f"{statistics.fmean(secs):.2f} s/check", file=sys.stderr, flush=True)
         row = Row(e.name, e.description, failed, len(seeds), statistics.fmean(secs),
-                  max(set(caught), key=caught.count) if caught else "")
+                  max(set(caught), key=caught.count) if caught else "", failed_lossless=lossy)
         if full_seeds:
             reps = [checker(e.fn, seed=10_000 + s) for s in range(full_seeds)]
             row.power = statistics.median(predicted_power(r) for r in reps)
             row.margin = min(1.0 / needed_scale(r) for r in reps)
+            row.lossless_power = statistics.median(predicted_power(lossless_only(r)) for r in reps)
         rows.append(row)
     return rows

@@ -27,7 +27,8 @@ def _pct(x: float) -> str:
     return f"{100 * x:.3g}%"
 
 
-def law_check(name: str, case: str, counts, probs, labels: list[str], *, what: str, hint: str) -> Check:
+def law_check(name: str, case: str, counts, probs, labels: list[str], *, what: str, hint: str,
+              scope: str = "standard") -> Check:
     """Chi-square test of ``counts`` (M,) against ``probs`` (M,); ``labels`` name the outcomes.
 
     ``what`` says in words which law is expected ("the target p", "the residual ...").
@@ -36,7 +37,8 @@ def law_check(name: str, case: str, counts, probs, labels: list[str], *, what: s
     probs = np.asarray(probs, dtype=np.float64)
     n = int(counts.sum())
     if n == 0:
-        return Check(name, case, "law", pvalue=1.0, n=0, reason=f"no observations to compare with {what}", hint=hint)
+        return Check(name, case, "law", pvalue=1.0, n=0, reason=f"no observations to compare with {what}", hint=hint,
+                     scope=scope)
     res = chisquare_gof(counts, probs / probs.sum(), min_expected=MIN_EXPECTED)
     freq = counts / n
     if res.impossible:
@@ -52,7 +54,7 @@ def law_check(name: str, case: str, counts, probs, labels: list[str], *, what: s
         reason = f"compared {n} outcomes with {what}; largest deviations: " + "; ".join(parts)
     evidence = (("rare", res.impossible, n, n),) if res.impossible else (("chi2", res.statistic, res.dof, 1),)
     return Check(name, case, "law", statistic=res.statistic, dof=res.dof, pvalue=res.pvalue, n=n,
-                 reason=reason, hint=hint, evidence=evidence)
+                 reason=reason, hint=hint, evidence=evidence, scope=scope)
 
 
 def _binom_p(k: int, n: int, a: float) -> float:

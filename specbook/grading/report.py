@@ -2,11 +2,24 @@
 
 A check is either a *property* (deterministic: it holds for every call or it
 fails, e.g. "never emits a token the target gives probability 0") or a *law*
-(statistical: a p-value from a goodness-of-fit or binomial test against the
-exact law of a correct sampler).  All law checks of one report form one family
-judged by Holm's step-down procedure at ``alpha`` (Holm 1979), so a correct
-implementation fails the whole report with probability at most ``alpha``,
-whatever the seed.
+(statistical: a p-value from a goodness-of-fit or binomial test against an
+exact law).  All law checks of one report form one family judged by Holm's
+step-down procedure at ``alpha`` (Holm 1979), which controls the family-wise
+error in the strong sense: whichever of the tested laws are false, the chance of
+rejecting any *true* one is at most ``alpha``, whatever the seed.
+
+Two verdicts come out of the one family:
+
+* ``lossless``: no property failed and no law test of scope "lossless" was
+  rejected.  Those tests ask only whether the emitted tokens follow the target
+  (they need no knowledge of how the sampler uses the draft);
+* ``standard``: no check failed at all, so the sampler also has the block law of
+  the modified rejection sampler for the draft probabilities it was given.
+
+A lossless sampler therefore passes ``lossless`` with probability at least
+1 - alpha even when it is not the standard algorithm (its standard-scope laws
+are false, and strong control still covers the true lossless ones).
+``Report.passed`` is the verdict named by ``require``.
 """
 from __future__ import annotations
 
@@ -15,7 +28,8 @@ from dataclasses import dataclass, field, replace
 
 from ..stats import holm
 
-PASS, FAIL, WARN, NOT_RUN = "pass", "FAIL", "warn", "not run"
+PASS, FAIL, WARN, NOT_RUN, INFO = "pass", "FAIL", "warn", "not run", "info"
+REQUIRE = ("standard", "lossless")
 
 
 @dataclass(frozen=True)
@@ -24,8 +38,9 @@ class Check:
 
     name:    what is checked ("acceptance probability", "outputs well-formed", ...)
     case:    which input case ("mixed", "p == q", ...)
-    kind:    "property" (deterministic), "law" (statistical) or "advice" (never fails the report)
-    verdict: "pass", "FAIL", "warn" or "not run"
+    kind:    "property" (deterministic), "law" (statistical), "advice" (never fails the report) or
+             "cost" (measured acceptance, shown for samplers that are lossless but not standard)
+    verdict: "pass", "FAIL", "warn", "not run" or "info"
     statistic, dof, pvalue, n: the test's numbers (law checks); None for properties
     reason:  what was compared, and on failure what was observed
     hint:    what to fix, shown when the check fails
@@ -33,6 +48,8 @@ class Check:
              ("chi2", statistic, dof, split) for a chi-square component tested at level alpha / split,
              or ("rare", k, n, planned) for k calls out of n that showed an outcome impossible for a
              correct sampler, in a test that makes ``planned`` calls at the default sample size
+    scope:   for law checks, "lossless" (the emitted tokens against the target alone) or "standard"
+             (the modified rejection sampler's own law); properties count for both verdicts
     """
 
     name: str
@@ -46,6 +63,7 @@ class Check:
     reason: str = ""
     hint: str = ""
     evidence: tuple = ()
+    scope: str = "standard"
 
     @property
     def failed(self) -> bool:
@@ -85,13 +103,15 @@ def judge_family(checks: list[Check], alpha: float, family_size: int) -> list[Ch
 
 @dataclass(frozen=True, repr=False)
 class Report:
-    """The checker's answer.  ``passed`` is True when no check failed.
+    """The checker's answer: two verdicts, ``lossless`` and ``standard``; ``passed`` is the one ``require`` names.
 
     subject:  "token rule" or "verifier";  function: the checked function's name
     alpha:    family-wise false-alarm rate of the law checks (Holm)
     calls:    how many times the function was called;  seconds: wall time of the whole check
     timings:  case -> seconds spent in that case
     family_size: number of statistical tests planned (the Holm family; some may not have run)
+    require:  "standard" (the default: the modified rejection sampler) or "lossless"
+    notes:    lines about how the check ran (e.g. which timer was used)
     """
 
     subject: str
@@ -103,10 +123,22 @@ class Report:
     seconds: float
     timings: dict = field(default_factory=dict, hash=False)
     family_size: int = 0
+    require: str = "standard"
+    notes: tuple = ()
+
+    @property
+    def lossless(self) -> bool:
+        """No property failed and no lossless-scope law was rejected: the output follows the target."""
+        return not any(c.failed and (c.kind == "property" or c.scope == "lossless") for c in self.checks)
+
+    @property
+    def standard(self) -> bool:
+        """No check failed: the block law of the modified rejection sampler (which is also lossless)."""
+        return not any(c.failed for c in self.checks)
 
     @property
     def passed(self) -> bool:
-        return not any(c.failed for c in self.checks)
+        return self.lossless if self.require == "lossless" else self.standard
 
     @property
     def failures(self) -> tuple[Check, ...]:
@@ -118,13 +150,25 @@ class Report:
 
     def summary(self) -> str:
         verdict = "PASSED" if self.passed else f"FAILED ({len(self.failures)} of {len(self.checks)} checks)"
-        return (f"check of {self.subject} {self.function} (seed {self.seed}): {verdict}\n"
+        yes = {True: "yes", False: "NO"}
+        return (f"check of {self.subject} {self.function} (seed {self.seed}, require={self.require!r}): {verdict}\n"
+                f"lossless (the output follows the target): {yes[self.lossless]};  the standard algorithm "
+                f"(modified rejection sampling, acceptance min(1, p/q)): {yes[self.standard]}\n"
                 f"{self.family_size} statistical tests, Holm family-wise false-alarm rate <= {self.alpha:g}; "
                 f"{self.calls} calls in {self.seconds:.1f} s")
 
+    @property
+    def cost(self) -> tuple[Check, ...]:
+        """Measured acceptance against min(1, p/q)'s, per case (what a non-standard lossless sampler gives up)."""
+        return tuple(c for c in self.checks if c.kind == "cost")
+
     def __str__(self) -> str:
         lines = [self.summary(), ""]
-        lines += ["  " + c.line() for c in self.checks]
+        lines += ["  " + c.line() for c in self.checks if c.kind != "cost"]
+        if self.lossless and not self.standard:
+            lines += ["", "Lossless, but not the standard algorithm. What it costs (the modified rejection sampler "
+                          "accepts more, and min(1, p/q) is the most any lossless verifier of that q can accept):"]
+            lines += [f"  * [{c.case}] {c.name}: {c.reason}" for c in self.cost]
         fails = self.failures
         if fails:
             lines += ["", "What went wrong:"]
@@ -136,15 +180,19 @@ class Report:
         if warns:
             lines += ["", "Advice (does not fail the check):"]
             lines += [f"  * {c.name}: {c.reason}" for c in warns]
+        if self.notes:
+            lines += ["", "Notes:"] + [f"  * {n}" for n in self.notes]
         return "\n".join(lines)
 
     __repr__ = __str__  # evaluating a report in a console prints the whole table, like a DataFrame
 
     def _repr_html_(self) -> str:
-        colour = {PASS: "#1a7f37", FAIL: "#cf222e", WARN: "#9a6700", NOT_RUN: "#6e7781"}
+        colour = {PASS: "#1a7f37", FAIL: "#cf222e", WARN: "#9a6700", NOT_RUN: "#6e7781", INFO: "#0969da"}
         head = html.escape(self.summary()).replace("\n", "<br>")
         rows = []
         for c in self.checks:
+            if c.kind == "cost" and not (self.lossless and not self.standard):
+                continue
             p = "" if c.pvalue is None else _fmt_p(c.pvalue)
             detail = html.escape(c.reason) + (f"<br><b>Hint:</b> {html.escape(c.hint)}" if c.failed and c.hint else "")
             rows.append(
@@ -159,7 +207,8 @@ class Report:
 
 
 def assert_passed(report: Report) -> Report:
-    """Raise AssertionError carrying the report's text (and the report as ``.report``) unless it passed."""
+    """Raise AssertionError carrying the report's text (and the report as ``.report``) unless it passed
+    (``passed`` follows the report's ``require``)."""
     if not report.passed:
         err = AssertionError(str(report))
         err.report = report

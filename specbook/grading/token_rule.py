@@ -16,6 +16,11 @@ That lets the checker test the two halves separately:
 * acceptance: for each draft x, an exact binomial test of how often x was kept;
 * residual:   the tokens emitted when the draft was not kept, against r;
 * lossless:   the emitted tokens over x ~ q, against p.
+
+The last test (with the property that no token of p = 0 is emitted) is the
+``lossless`` verdict; all three are the ``standard`` one.  A rule that treats the
+draft as certain (keep x with probability p(x), else sample p without x) is
+lossless for every x but keeps fewer drafts: its report says by how much.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ from .cases import TokenCase, token_cases
 from .engine import (DEFAULT_ALPHA, DEFAULT_CALL_TIMEOUT, DEFAULT_TIME_BUDGET, Collected, Plan, call_failure,
                      run_plan, too_slow)
 from .lawtests import acceptance_check, law_check
-from .report import FAIL, PASS, Check, Report, assert_passed
+from .report import FAIL, INFO, PASS, Check, Report, assert_passed
 
 HINT_ACCEPT = ("Keep the draft x with probability min(1, p(x)/q(x)): draw u ~ U(0, 1) from `generator` and keep x "
                "iff u * q(x) < p(x). Use the draft's own probability q(x), not p(x) alone, and do not swap p and q. "
@@ -39,14 +44,22 @@ HINT_RESIDUAL = ("After a rejection, sample from the residual max(0, p - q) norm
 HINT_LOSSLESS = "The emitted token over drafts x ~ q must be distributed exactly as the target p."
 
 
-def _collect(case: TokenCase, call, fn_gen, draft_gen, deadline) -> Collected:
+def _draws(case: TokenCase, draft_gen) -> np.ndarray:
+    q = case.draft_probs
+    if case.drafts == "sampled":
+        return torch.multinomial(q.double(), case.n, replacement=True, generator=draft_gen).numpy()  # (n,)
+    support = torch.nonzero(q > 0).flatten().numpy()
+    return support[np.arange(case.n) % support.size]  # (n,)
+
+
+def _where(drafts, i: int) -> str:
+    return f"draft_token={int(drafts[i])}"
+
+
+def _collect(case: TokenCase, drafts: np.ndarray, call, fn_gen, deadline) -> Collected:
     p, q = case.target_probs, case.draft_probs  # (V,), (V,)
     V = p.shape[0]
-    if case.drafts == "sampled":
-        drafts = torch.multinomial(q.double(), case.n, replacement=True, generator=draft_gen).tolist()  # (n,)
-    else:
-        support = torch.nonzero(q > 0).flatten().tolist()
-        drafts = [support[i % len(support)] for i in range(case.n)]
+    drafts = drafts.tolist()
     out = np.empty(case.n, dtype=np.int64)  # (n,)
     for i, x in enumerate(drafts):
         if deadline.expired():
@@ -72,7 +85,7 @@ def _n_laws(case: TokenCase) -> int:
     return 3 if case.drafts == "sampled" else 2
 
 
-def _analyse(case: TokenCase, data: Collected) -> list[Check]:
+def _analyse(case: TokenCase, data: Collected, rng=None) -> list[Check]:
     p = case.target_probs.to(torch.float64)
     q = case.draft_probs.to(torch.float64)
     p_np = p.numpy()
@@ -113,7 +126,11 @@ def _analyse(case: TokenCase, data: Collected) -> list[Check]:
                             reason="p == q: no rejection is possible (any would fail the acceptance test)"))
     if case.drafts == "sampled":
         checks.append(law_check("emitted token ~ p (lossless)", case.name, np.bincount(out, minlength=V), p_np, labels,
-                                what="the target p", hint=HINT_LOSSLESS))
+                                what="the target p", hint=HINT_LOSSLESS, scope="lossless"))
+        beta = float(np.minimum(p_np, q.numpy()).sum())
+        checks.append(Check("draft kept", case.name, "cost", INFO, n=int(out.size),
+                            reason=f"{np.mean(out == drafts):.3f} of drafts kept vs {beta:.3f} = sum min(p, q) "
+                                   "for min(1, p/q)"))
     return checks
 
 
@@ -123,11 +140,12 @@ def _replay(call, fn_gen) -> list:
     return [as_token(call(case.target_probs.clone(), case.draft_probs.clone(), x, fn_gen)) for x in drafts]
 
 
-PLAN = Plan("token rule", token_cases(), _collect, _analyse, _n_laws, _replay)
+PLAN = Plan("token rule", token_cases(), _draws, _collect, _analyse, _n_laws, _replay, _where)
 
 
 def check_token_rule(fn, *, seed: int = 0, alpha: float = DEFAULT_ALPHA, call_timeout: float = DEFAULT_CALL_TIMEOUT,
-                     time_budget: float = DEFAULT_TIME_BUDGET, fail_fast: bool = False) -> Report:
+                     time_budget: float = DEFAULT_TIME_BUDGET, fail_fast: bool = False, require: str = "standard",
+                     isolate: bool = True) -> Report:
     """Check ``fn(target_probs, draft_probs, draft_token, generator) -> int`` against the exact laws.
 
     target_probs, draft_probs: 1-D float tensors (V,) (float64, or float32 in some cases); draft_token: an
@@ -140,9 +158,15 @@ def check_token_rule(fn, *, seed: int = 0, alpha: float = DEFAULT_ALPHA, call_ti
     check over ``time_budget``) or if Holm rejects any statistical test at family-wise level ``alpha``
     (so a correct rule passes with probability >= 1 - alpha for every seed).  ``fail_fast`` stops at
     the first case that has already decided a failure; the verdict is the same as without it.
+
+    The report carries two verdicts, ``report.lossless`` (the emitted token over x ~ q follows p, and no
+    token of p = 0 is ever emitted) and ``report.standard`` (also the modified rejection sampler's
+    acceptance and residual); ``report.passed`` is the one ``require`` ("standard" or "lossless") names.
+    ``call_timeout`` may be ``None`` or ``math.inf`` (no per-call limit).  ``isolate=False`` runs the calls
+    in this process (a weaker timer; for debugging the function under a debugger).
     """
     return run_plan(PLAN, fn, seed=seed, alpha=alpha, call_timeout=call_timeout, time_budget=time_budget,
-                    fail_fast=fail_fast)
+                    fail_fast=fail_fast, require=require, isolate=isolate)
 
 
 def assert_token_rule(fn, **kwargs) -> Report:

@@ -17,6 +17,24 @@ and returns the accepted draft prefix followed by one corrected or bonus token
 * the corrected token after a rejection at j: residual max(0, p_j - q_j)/Z;
 * the bonus token after K acceptances: p_K (the last row);
 * the whole emitted block (joint law over all blocks).
+
+Those tests make the ``standard`` verdict.  The ``lossless`` verdict needs no
+knowledge of how the verifier uses q.  In the cases whose drafts are drawn from
+draft_probs, the checker *completes* each emitted block of L tokens to K+1 tokens
+with fresh draws of its own from the remaining target rows p_L, ..., p_K.  A
+verifier is lossless exactly when the completed tuple is distributed as the
+product p_0 x p_1 x ... x p_K (the rows here do not depend on the context): that
+is what sampling K+1 tokens from the target one at a time gives, and a
+speculative step followed by ordinary target steps must give the same.  The
+lossless tests are, per such case: the first emitted token against p_0 (already
+in the list above), each completed position j >= 1 against p_j, and the completed
+tuple against the product law (cells of expected count below 10 pooled).  With
+"no token of p = 0 is emitted", that is the whole lossless verdict.  Verifiers
+that treat each draft as certain (keep x_j with probability p_j(x_j), else sample
+p_j without x_j; EAGLE's tree verifier, vLLM's n-gram path and transformers'
+sample-and-match work this way) and verifiers that never emit the bonus token are
+lossless and not standard; the report then states their measured acceptance per
+position against min(1, p/q)'s.
 """
 from __future__ import annotations
 
@@ -32,9 +50,15 @@ from .cases import ChainCase, chain_cases
 from .engine import (DEFAULT_ALPHA, DEFAULT_CALL_TIMEOUT, DEFAULT_TIME_BUDGET, Collected, Plan, call_failure,
                      run_plan, too_slow)
 from .lawtests import acceptance_check, law_check
-from .report import FAIL, PASS, Check, Report, assert_passed
+from .report import FAIL, INFO, PASS, Check, Report, assert_passed
 
 HINT_FIRST = "The first emitted token must be distributed as target_probs[0] (the law of one ordinary step)."
+HINT_FIRST_FIXED = ("Here the drafts are fixed (not drawn from draft_probs), so the law tested is not target_probs[0]: "
+                    "the first token is draft 0, kept with probability min(1, p_0(x_0)/q_0(x_0)), or else a token from "
+                    "the residual max(0, p_0 - q_0)/Z. Check the acceptance test and the residual at position 0.")
+HINT_COMPLETED = ("Completed with fresh target draws after the emitted tokens, the block must look like K+1 tokens "
+                  "sampled from the target rows one at a time. Check the acceptance test, the token emitted after a "
+                  "rejection (it must make up exactly the target mass the acceptance missed) and the bonus row.")
 HINT_COUNT = ("Verify left to right, one fresh uniform per position, and stop at the first rejection: P(m accepted) "
               "= beta_0 ... beta_{m-1} (1 - beta_m) with beta_j = sum_v min(p_j(v), q_j(v)).")
 HINT_ACCEPT = ("Draft j must be judged by its own row: keep x_j with probability min(1, p_j(x_j)/q_j(x_j)), using "
@@ -46,13 +70,21 @@ HINT_BONUS = ("When all K drafts are accepted, the extra token is sampled (not a
 HINT_BLOCK = "The joint law of the emitted block differs from the lossless one."
 
 
-def _collect(case: ChainCase, call, fn_gen, draft_gen, deadline) -> Collected:
+def _draws(case: ChainCase, draft_gen) -> np.ndarray:
+    if case.draft_tokens is not None:
+        return np.tile(np.asarray(case.draft_tokens, dtype=np.int64), (case.n, 1))  # (n, K)
+    q = case.draft_probs.double()
+    return torch.multinomial(q, case.n, replacement=True, generator=draft_gen).T.contiguous().numpy()  # (n, K)
+
+
+def _where(drafts, i: int) -> str:
+    return f"draft_tokens={drafts[i].tolist()}"
+
+
+def _collect(case: ChainCase, drafts: np.ndarray, call, fn_gen, deadline) -> Collected:
     p, q = case.target_probs, case.draft_probs  # (K+1, V), (K, V)
     K = q.shape[0]
-    if case.draft_tokens is not None:
-        drafts = torch.tensor([case.draft_tokens] * case.n, dtype=torch.long)  # (n, K)
-    else:
-        drafts = torch.multinomial(q.double(), case.n, replacement=True, generator=draft_gen).T.contiguous()  # (n, K)
+    drafts = torch.from_numpy(drafts)  # (n, K)
     blocks = np.full((case.n, K + 1), -1, dtype=np.int64)  # (n, K+1), -1 after the emitted tokens
     lengths = np.zeros(case.n, dtype=np.int64)  # (n,)
     for i in range(case.n):
@@ -75,7 +107,9 @@ def _collect(case: ChainCase, call, fn_gen, draft_gen, deadline) -> Collected:
 
 def _n_laws(case: ChainCase) -> int:
     K = case.draft_probs.shape[0]
-    return 2 * K + 4 if case.statistical else 0
+    if not case.statistical:
+        return 0
+    return 2 * K + 4 + (K + 1 if case.draft_tokens is None else 0)  # standard tests, then the completed ones
 
 
 def _property_failure(case: ChainCase, drafts, blocks, lengths) -> Check | None:
@@ -111,7 +145,7 @@ def _property_failure(case: ChainCase, drafts, blocks, lengths) -> Check | None:
     return None
 
 
-def _analyse(case: ChainCase, data: Collected) -> list[Check]:
+def _analyse(case: ChainCase, data: Collected, rng=None) -> list[Check]:
     drafts = data.drafts  # (n, K)
     blocks, lengths = data.outputs  # (n, K+1), (n,)
     failure = _property_failure(case, drafts, blocks, lengths)
@@ -128,8 +162,11 @@ def _analyse(case: ChainCase, data: Collected) -> list[Check]:
     toks = [f"token {v}" for v in range(V)]
     given = "given the fixed drafts" if case.draft_tokens is not None else "over drafts x_i ~ q_i"
     m = lengths - 1  # (n,) accepted drafts per call
+    sampled = case.draft_tokens is None
     checks.append(law_check("first emitted token", case.name, np.bincount(blocks[:, 0], minlength=V), law.first, toks,
-                            what=f"its exact law {given}", hint=HINT_FIRST))
+                            what=f"its exact law {given}" + (" (target_probs[0])" if sampled else ""),
+                            hint=HINT_FIRST if sampled else HINT_FIRST_FIXED,
+                            scope="lossless" if sampled else "standard"))
     checks.append(law_check("number of accepted drafts", case.name, np.bincount(m, minlength=K + 1), law.count,
                             [f"{j} accepted" for j in range(K + 1)], what=f"the exact law {given}", hint=HINT_COUNT))
     for j in range(K):
@@ -160,7 +197,45 @@ def _analyse(case: ChainCase, data: Collected) -> list[Check]:
     counts = np.bincount(slot, minlength=law.codes.size + 1)
     checks.append(law_check("whole emitted block", case.name, counts, np.append(law.probs, 0.0),
                             law.labels + ["an impossible block"], what=f"the exact block law {given}", hint=HINT_BLOCK))
+    if sampled:
+        checks += _completed_checks(case, blocks, lengths, rng if rng is not None else np.random.default_rng(0))
+        checks.append(_cost(case, law, m))
     return checks
+
+
+def _completed_checks(case: ChainCase, blocks: np.ndarray, lengths: np.ndarray, rng) -> list[Check]:
+    """The lossless tests: complete each block with target draws, then compare with the product law."""
+    p = case.target_probs.to(torch.float64).numpy()  # (K+1, V)
+    n, K1 = blocks.shape
+    V = p.shape[1]
+    fresh = np.stack([rng.choice(V, size=n, p=p[j] / p[j].sum()) for j in range(K1)], 1)  # (n, K+1)
+    done = np.where(np.arange(K1)[None, :] < lengths[:, None], blocks, fresh)  # (n, K+1)
+    toks = [f"token {v}" for v in range(V)]
+    checks = [law_check(f"completed token at position {j}", case.name, np.bincount(done[:, j], minlength=V), p[j],
+                        toks, what=f"target_probs[{j}]", hint=HINT_COMPLETED, scope="lossless")
+              for j in range(1, K1)]
+    product = p[0]
+    for j in range(1, K1):
+        product = np.multiply.outer(product, p[j])  # (V,) * (K+1)
+    cells = np.ravel_multi_index(tuple(done.T), (V,) * K1)  # (n,) one cell per completed tuple
+    labels = [str(t) for t in np.ndindex(*(V,) * K1)]
+    checks.append(law_check("completed tuple ~ product of target rows", case.name,
+                            np.bincount(cells, minlength=V ** K1), product.ravel(), labels,
+                            what="the product of the target rows", hint=HINT_COMPLETED, scope="lossless"))
+    return checks
+
+
+def _cost(case: ChainCase, law, m: np.ndarray) -> Check:
+    """Measured acceptance per position and tokens per call, against the modified rejection sampler's."""
+    K = case.draft_probs.shape[0]
+    p = case.target_probs.to(torch.float64)
+    beta = torch.minimum(p[:K], case.draft_probs.to(torch.float64)).sum(-1).tolist()  # (K,) sum_v min(p_j, q_j)
+    seen = [float(np.mean(m[m >= j] > j)) if np.any(m >= j) else float("nan") for j in range(K)]
+    expected_len = float((law.count * np.arange(1, K + 2)).sum())
+    return Check("acceptance per position", case.name, "cost", INFO, n=int(m.size),
+                 reason="measured " + " / ".join(f"{a:.3f}" for a in seen) + " vs min(1, p/q)'s "
+                        + " / ".join(f"{b:.3f}" for b in beta)
+                        + f"; tokens per call {float(np.mean(m + 1)):.3f} vs {expected_len:.3f}")
 
 
 def _encode(blocks: np.ndarray, V: int) -> np.ndarray:
@@ -211,11 +286,12 @@ def _replay(call, fn_gen) -> list:
             for x in drafts]
 
 
-PLAN = Plan("verifier", chain_cases(), _collect, _analyse, _n_laws, _replay)
+PLAN = Plan("verifier", chain_cases(), _draws, _collect, _analyse, _n_laws, _replay, _where)
 
 
 def check_verifier(fn, *, seed: int = 0, alpha: float = DEFAULT_ALPHA, call_timeout: float = DEFAULT_CALL_TIMEOUT,
-                   time_budget: float = DEFAULT_TIME_BUDGET, fail_fast: bool = False) -> Report:
+                   time_budget: float = DEFAULT_TIME_BUDGET, fail_fast: bool = False, require: str = "standard",
+                   isolate: bool = True) -> Report:
     """Check ``fn(target_probs, draft_probs, draft_tokens, generator) -> LongTensor`` against the exact laws.
 
     target_probs (K+1, V), draft_probs (K, V): float tensors (float64, or float32 in some cases), one
@@ -227,9 +303,15 @@ def check_verifier(fn, *, seed: int = 0, alpha: float = DEFAULT_ALPHA, call_time
     1..K+1, a prefix that is not the drafts, an out-of-range or p = 0 token, modified inputs, a call over
     ``call_timeout`` s, the whole check over ``time_budget`` s) or when Holm rejects any statistical
     test at family-wise level ``alpha``.  ``fail_fast`` stops once a failure is decided (same verdict).
+
+    Two verdicts: ``report.lossless`` (the completed blocks follow the product of the target rows and no
+    token of p = 0 is emitted: lossless whatever the verifier does with q) and ``report.standard`` (every
+    test: the modified rejection sampler's block law); ``report.passed`` is the one ``require``
+    ("standard" or "lossless") names.  ``call_timeout=None`` or ``math.inf``: no per-call limit.
+    ``isolate=False`` runs the calls in this process (a weaker timer; for stepping through in a debugger).
     """
     return run_plan(PLAN, fn, seed=seed, alpha=alpha, call_timeout=call_timeout, time_budget=time_budget,
-                    fail_fast=fail_fast)
+                    fail_fast=fail_fast, require=require, isolate=isolate)
 
 
 def assert_verifier(fn, **kwargs) -> Report:
