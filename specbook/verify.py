@@ -59,14 +59,16 @@ def check_probs(name: str, probs: torch.Tensor, ndim: int | None = None) -> None
         raise ValueError(f"{name} contains a negative probability ({probs.min().item():.3g})")
     tol = SUM_TOLERANCE.get(probs.dtype, 1e-4)
     sums = probs.to(torch.float64).sum(-1)
-    worst = (sums - 1).abs().max().item()
+    worst_row = (sums - 1).abs().flatten().argmax()
+    worst = (sums - 1).abs().flatten()[worst_row].item()
     if worst > tol:
-        raise ValueError(f"{name} rows must sum to 1 (tolerance {tol:g} for {probs.dtype}); a row sums to {1 + worst if (sums > 1).any() else 1 - worst:.6g}")
+        raise ValueError(f"{name} rows must sum to 1 (tolerance {tol:g} for {probs.dtype}); a row sums to {sums.flatten()[worst_row].item():.6g}")
 
 
 def check_tokens(name: str, tokens: torch.Tensor, vocab_size: int) -> None:
     if not isinstance(tokens, torch.Tensor) or tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
         raise ValueError(f"{name} must be an integer tensor, got {getattr(tokens, 'dtype', type(tokens).__name__)}")
+    tokens = tokens.long()  # compare as int64: a uint8 id of 250 is legal when V = 300
     if tokens.numel() and (tokens.min() < 0 or tokens.max() >= vocab_size):
         bad = tokens[(tokens < 0) | (tokens >= vocab_size)].flatten()[0].item()
         raise ValueError(f"{name} contains token {bad}, outside the vocabulary [0, {vocab_size})")
@@ -244,7 +246,7 @@ def verify_token(
         check_probs("draft_probs", draft_probs, ndim=1)
         if draft_probs.shape != target_probs.shape:
             raise ValueError(f"draft_probs has shape {tuple(draft_probs.shape)}, target_probs {tuple(target_probs.shape)}")
-    if not isinstance(draft_token, int) or not 0 <= draft_token < V:
+    if isinstance(draft_token, bool) or not isinstance(draft_token, int) or not 0 <= draft_token < V:
         raise ValueError(f"draft_token must be an int in [0, {V}), got {draft_token!r}")
     dtype = work_dtype(target_probs, draft_probs)
     p = target_probs.to(dtype)
