@@ -393,9 +393,11 @@ fig
 # 1. **Memory that competes with the KV cache.** Its weights (and its own KV
 #    cache) sit in the same memory as the target's KV cache, which is what
 #    limits how many tokens and sequences you can serve.
-# 2. **Weight bytes streamed per draft step.** A memory-bound draft step costs
-#    about its weight bytes over the bandwidth, so c is at least its bytes over
-#    the target's.
+# 2. **Weight bytes streamed per draft step.** A memory-bound step costs about
+#    its weight bytes over the memory bandwidth, so if both models were purely
+#    memory-bound, c would be the ratio of their bytes. (The measured c below
+#    can differ: a draft of a few tens of MB partly stays in the CPU's
+#    last-level cache, and the target's step also pays per-token overhead.)
 # 3. **Alignment with the target's family.** It must share the tokenizer, and
 #    its guesses must look like the target's: a draft from another family has a
 #    poor α. Ours can never propose a token outside its 8192-token head.
@@ -416,7 +418,7 @@ print(f"1. memory: the draft adds {own_draft_params * bytes_per / 1e6:.1f} MB of
       f"{draft_kv_per_token / 1e3:.1f} kB per token")
 stream_ratio = own_draft_params / n_params  # SmolLM2's LM head is its embedding matrix: a step streams it all
 print(f"2. bytes: a draft step streams {own_draft_params * bytes_per / 1e6:.1f} MB, a target step "
-      f"{target_bytes / 1e6:.0f} MB (its tied LM head included), so a memory-bound c is about {stream_ratio:.3f}")
+      f"{target_bytes / 1e6:.0f} MB (its tied LM head included), bytes ratio {stream_ratio:.3f}")
 draft_vocab = set(draft_net.lm_head.vocab_ids.tolist())
 reply_tokens = [t for r in runs for t in r["plain"].sequences()[0]]
 covered = sum(t in draft_vocab for t in reply_tokens) / len(reply_tokens)
@@ -519,8 +521,8 @@ fig
 # the answer copies the prompt. The distilled draft guesses from what it learned,
 # so it can also help where nothing can be copied: a round pays when the tokens
 # it is expected to yield exceed what it costs, **E(α, γ) > γ·c + v(γ + 1)**
-# (with c ≈ 0.1 and v(5) from your curve, that asks for far more than "α above
-# c"). Layer skipping shows the other side of the same inequality: with c near
+# (with the measured c of a few hundredths and v(5) from your curve, that asks
+# for far more than "α above c"). Layer skipping shows the other side of the same inequality: with c near
 # 1 the right side is about γ + v(γ + 1), while the left side can never exceed
 # γ + 1, so even a perfect α cannot pay unless v is nearly 1, and it is slower
 # than plain decoding on this model. (A model trained for early exit, as in
