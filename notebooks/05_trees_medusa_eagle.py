@@ -19,18 +19,26 @@
 # all: each node attends only to the cached context and to its own ancestors.
 # Self-speculation drafts those trees from the target's *own* hidden states:
 #
-# * **Medusa** (Cai et al., 2024): K small heads on the last hidden state; head
-#   k guesses the token k+1 places ahead. The heads cannot see each other's
-#   guesses, so Medusa spreads its bets over a tree of their top candidates.
+# * **Medusa** (Cai et al., 2024): K small heads on the last hidden state z_t
+#   of the last token the target read, x_t. The target's own LM head predicts
+#   x_{t+1}; head k (k = 1..K) predicts x_{t+k+1}, the token **k positions
+#   after the target's own next token** (this is what "head k predicts k
+#   positions ahead" counts from, and what specbook's trainer uses as labels).
+#   The heads cannot see each other's guesses, so Medusa spreads its bets over
+#   a tree of their top candidates.
 # * **EAGLE** (Li et al., 2024): one small transformer layer that runs
-#   autoregressively on the target's *features*, fed the feature and the next
-#   token; EAGLE-2 grows the tree dynamically where the draft is confident.
+#   autoregressively on the target's *features*: its input at position t is the
+#   second-to-top feature f_t (the last block's output, one norm and the LM head
+#   below the logits) together with the token sequence shifted by one step,
+#   x_{t+1}; it predicts f_{t+1}. EAGLE-2 grows the tree dynamically where the
+#   draft is confident; EAGLE-3 fuses low, middle and high layers' features.
 #
 # In this lesson we build a tree and its mask, verify it in one pass and check
-# that this equals verifying each path on its own, train tiny Medusa and EAGLE
-# heads live, compare acceptance (chain vs tree, Medusa vs EAGLE, temperature 0
-# vs 1), and finally show by chi-square that the lossless tree rule keeps the
-# target's law while Medusa's *typical acceptance* does not.
+# that this equals verifying each path on its own, measure what "one pass"
+# costs for 64 nodes, train tiny Medusa and EAGLE heads live and check exactly
+# what each reads and predicts, compare acceptance (chain vs tree, Medusa vs
+# EAGLE, temperature 0 vs 1), and finally show by chi-square that the lossless
+# tree rule keeps the target's law while Medusa's *typical acceptance* does not.
 
 # %% tags=["parameters"]
 import os
@@ -39,13 +47,17 @@ FAST = os.environ.get("SPECBOOK_FAST", "0") == "1"  # the test suite sets SPECBO
 USE_SMOLLM2 = not FAST  # full mode: the shipped heads on the real model (needs the weights)
 N_DRAWS = 4000 if FAST else 40000  # samples per rule in the chi-square demonstration
 NEW_TOKENS = 24 if FAST else 64
+TREE_SIZES = [1, 16, 64] if FAST else [1, 2, 4, 8, 16, 32, 64]  # nodes per verify pass in the cost curve
+TREE_REPS = 1 if FAST else 5
 LEVEL = 0.01
 SEED = 0
 
 # %%
+import copy
 import time
 
 import torch
+from tqdm.auto import tqdm
 
 import specbook as sb
 from specbook.decode import generate, speculative_generate
@@ -53,6 +65,8 @@ from specbook.drafters.eagle import DynamicTree, EagleDrafter
 from specbook.drafters.medusa import MedusaDrafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.sampling import GREEDY, SamplingParams
+from specbook.bench.timing import verify_cost_curve
+from specbook.teach import plots
 from specbook.teach.plots import draw_tree
 from specbook.tree import from_paths, leaf_paths, tree_mask
 from specbook.verify import verify_greedy
@@ -141,6 +155,68 @@ assert tokens[0, : n_emitted[0]].tolist() == best_chain
 print("== the longest result of verifying each path separately:", best_chain)
 
 # %% [markdown]
+# ## 3b. Is 64 nodes really "one pass"?
+#
+# The course text says verifying 64 tree nodes costs one forward pass. That is
+# true only while the processor has idle arithmetic. A pass over n nodes pushes
+# n rows through every weight matrix: each weight fetched from memory is used
+# for n multiply-adds, so the pass does about 2n flops per weight, or
+# **I(n) = 2n / b flop per byte** with b bytes per weight (4 in float32, 2 in
+# bfloat16). While I(n) is below the machine's *ridge point* (peak flop/s over
+# memory bandwidth) the pass waits for memory and extra nodes are nearly free;
+# above it the pass waits for arithmetic and its time grows with n. A GPU's
+# ridge is in the hundreds of flop/byte; a laptop CPU's is about 15 in float32
+# and, where bfloat16 is multiplied natively, several times that. We time one
+# tree-masked verify pass of SmolLM2 over n nodes in both number types.
+
+# %%
+t0 = time.perf_counter()
+smol, tokenizer = sb.models.load_smollm2()
+smol_bf16 = copy.deepcopy(smol).to(torch.bfloat16)
+context_ids = list(range(1000, 1064))  # any 64 cached tokens: the cost depends on lengths, not on words
+tree_curves = {name: verify_cost_curve(LlamaTarget(m, max_length=160), context_ids, sizes=TREE_SIZES,
+                                       reps=TREE_REPS, tree=True)
+               for name, m in (("float32", smol), ("bfloat16", smol_bf16))}
+for name, cv in tree_curves.items():
+    print(f"{name:8s}: t(1) = {1000 * cv['seconds'][0]:.0f} ms, t(64) = {1000 * cv['seconds'][-1]:.0f} ms, "
+          f"v(64) = {cv['v'][-1]:.2f}")
+intensity = {name: 2 * 64 / b for name, b in (("float32", 4), ("bfloat16", 2))}  # flop per weight byte at n = 64
+print(f"arithmetic intensity at 64 nodes: {intensity} flop/byte; measured in {time.perf_counter() - t0:.0f} s")
+native = tree_curves["bfloat16"]["seconds"][-1] < tree_curves["float32"]["seconds"][-1]
+print(f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}, CUDA bfloat16 "
+      f"{torch.cuda.is_available() and torch.cuda.is_bf16_supported()}: this machine has the "
+      + ("bfloat16 curve (a 64-node pass is faster in bfloat16: native bfloat16 arithmetic)" if native
+         else "float32 curve (bfloat16 is not faster here: no native bfloat16 arithmetic)"))
+
+fig = plots.new_figure(10.0, 3.6)
+ax_t, ax_v = fig.subplots(1, 2)
+plots.plot_curves(TREE_SIZES, {n: [1000 * s for s in cv["seconds"]] for n, cv in tree_curves.items()},
+                  "tree nodes n in one verify pass", "milliseconds", title="Time of one tree verify pass", ax=ax_t)
+plots.plot_curves(TREE_SIZES, {**{f"v(n), {n}": cv["v"] for n, cv in tree_curves.items()},
+                               "one pass (v = 1)": [1.0] * len(TREE_SIZES)},
+                  "tree nodes n in one verify pass", "time / time of n = 1", title="Tree verify cost", ax=ax_v)
+fig
+
+# %% [markdown]
+# At 64 nodes float32 does 32 flop per weight byte, above a CPU's float32
+# ridge: the pass is compute-bound and costs several plain passes, so a
+# 64-node tree only pays if it yields that many more tokens. That is the same
+# pool of idle arithmetic that batching consumes: with many sequences in a
+# batch, there is no idle compute left and a big tree becomes a tax. Size the
+# tree by the measured curve, not by the slogan.
+
+# %% [markdown]
+# ## Medusa and EAGLE side by side
+#
+# Both read the frozen target's last feature. Medusa's heads all read z_t at
+# once and guess blind of each other; EAGLE's single layer reads the pair
+# (feature, next token) and feeds its own predicted feature back, so each guess
+# is conditioned on the previous one.
+
+# %%
+plots.draw_medusa_eagle(num_heads=3)
+
+# %% [markdown]
 # ## 4. Train a tiny Medusa and a tiny EAGLE, live
 #
 # Both learn from the target's own replies (self-distillation) and its
@@ -179,6 +255,51 @@ survival = chain_acceptance(eagle_head, tiny, data, fit, gamma=3)
 print("EAGLE: share of positions whose chain survives 0..3 drafts:", [round(float(x), 2) for x in survival])
 
 # %% [markdown]
+# ### What each head reads and predicts, exactly
+#
+# **Medusa.** For every reply position t of a sequence x_1 … x_T, the target's
+# feature f_t (its last block's output) through the final norm and the LM head
+# gives x_{t+1}, the greedy reply itself; head k (k = 1..K) is trained on
+# x_{t+k+1}. We check both on the training data.
+#
+# **EAGLE.** Its input is the pair (f_t, x_{t+1}): the same second-to-top
+# feature, concatenated with the embedding of the token one step later (the
+# token sequence shifted by one), through one linear map from 2D to D.
+#
+# **EAGLE-3** (Li et al., 2025) changes the training: no feature regression
+# (only the token loss), a "training-time test" that feeds the head its own
+# predictions (specbook's `unroll_steps`), a reduced draft vocabulary, and an
+# input that fuses features from a low, a middle and a high layer (3D wide)
+# instead of the top one. One target pass yields all three.
+
+# %%
+from specbook.train.medusa import medusa_examples
+
+seq = fit[0]
+tok, hid, _, _ = data.sequence(seq)
+P, K = int(data.prompt_lengths[seq]), 3
+rows_, labels_ = medusa_examples(data, [seq], num_heads=K)  # rows into data.hidden, labels (n, K)
+for i, t in enumerate(range(P - 1, len(tok) - 1)):  # t: 0-based index of the last token read
+    for k in range(1, K + 1):
+        want = int(tok[t + k + 1]) if t + k + 1 < len(tok) else -100
+        assert int(labels_[i, k - 1]) == want  # head k: k positions after the target's own next token
+print("Medusa labels at the first reply position:", labels_[0].tolist(), "= x_{t+2}, x_{t+3}, x_{t+4}")
+
+check = LlamaTarget(tiny, max_length=256, hidden_layers=(0, 1, 2))  # embeddings, after block 1, after block 2
+check.reset(1)
+logits = check.forward(tok[None, :-1].long())  # (1, T-1, V)
+torch.testing.assert_close(hid.float(), check.last_hidden[0], atol=2e-2, rtol=1e-2)  # stored in float16
+own_next = tiny.lm_head(tiny.norm(check.last_hidden))  # the target's LM head on f_t
+torch.testing.assert_close(own_next, logits)
+assert own_next[0, P - 1:].argmax(-1).tolist() == tok[P:].tolist()  # f_t -> x_{t+1}: the greedy reply
+assert tuple(eagle_head.fc.weight.shape) == (cfg.dim, 2 * cfg.dim)  # EAGLE: [f_t ; e(x_{t+1})] -> D
+low, mid, high = check.last_hidden_layers  # EAGLE-3's three feature sources, from the same pass
+assert torch.equal(high, check.last_hidden)
+print(f"EAGLE input width {2 * cfg.dim} = [f_t ; e(x_t+1)]; EAGLE-3 fused input width "
+      f"{torch.cat([low, mid, high], -1).shape[-1]} = 3 layers x {cfg.dim}; "
+      f"draft vocabulary {eagle_head.vocab.numel()} of {cfg.vocab_size} tokens")
+
+# %% [markdown]
 # ## 5. Compare acceptance: chain vs tree, Medusa vs EAGLE, temperature 0 vs 1
 #
 # τ is the mean number of tokens per target pass. Full mode uses SmolLM2 with
@@ -190,13 +311,12 @@ if USE_SMOLLM2:
     from specbook.models.chat import chat_ids
     from specbook.train.heads_data import training_mix
 
-    model, tokenizer = sb.models.load_smollm2()
-    real_target = LlamaTarget(model, max_length=1024)
+    real_target = LlamaTarget(smol, max_length=1024)
     configs = {
-        "Medusa chain": MedusaDrafter.shipped(model, tree=None),
-        "Medusa tree": MedusaDrafter.shipped(model),
-        "EAGLE chain": EagleDrafter.shipped(model, tree=None),
-        "EAGLE dynamic tree": EagleDrafter.shipped(model),
+        "Medusa chain": MedusaDrafter.shipped(smol, tree=None),
+        "Medusa tree": MedusaDrafter.shipped(smol),
+        "EAGLE chain": EagleDrafter.shipped(smol, tree=None),
+        "EAGLE dynamic tree": EagleDrafter.shipped(smol),
     }
     eval_prompts = [torch.tensor(chat_ids(tokenizer, p.text)) for p in training_mix(6, heldout=True)]
 else:
@@ -209,10 +329,11 @@ else:
     }
     eval_prompts = [torch.tensor(prompt_ids[i]) for i in fit[:3]]  # prompts the heads were trained on
 
+t0 = time.perf_counter()
 results = {}
 for temperature in (0.0, 1.0):
     params = SamplingParams(temperature=temperature)
-    for name, drafter in configs.items():
+    for name, drafter in tqdm(configs.items(), desc=f"temperature {temperature:g}", disable=FAST):
         gen = torch.Generator().manual_seed(SEED)
         emitted = passes = 0
         for prompt in eval_prompts:
@@ -223,6 +344,7 @@ for temperature in (0.0, 1.0):
                 ref = generate(real_target, prompt, NEW_TOKENS, GREEDY).new_tokens
                 assert torch.equal(out.new_tokens, ref), name  # greedy speculation changes nothing
         results[(name, temperature)] = emitted / passes
+print(f"{len(configs)} drafters x {len(eval_prompts)} prompts x 2 temperatures in {time.perf_counter() - t0:.0f} s")
 print(f"{'drafter':22s} {'tau at T=0':>11s} {'tau at T=1':>11s}")
 for name in configs:
     print(f"{name:22s} {results[(name, 0.0)]:11.2f} {results[(name, 1.0)]:11.2f}")
@@ -255,9 +377,11 @@ probs = p_target.expand(N_DRAWS, 4, 6).clone()  # the same target row at every t
 gen = torch.Generator().manual_seed(SEED)
 lossless, _, _ = verify_tree(probs, None, candidates.expand(N_DRAWS, 3), star.parents, gen)
 typical, _, _ = typical_acceptance(probs, candidates.expand(N_DRAWS, 3), star.parents, generator=gen)
+pvalues = {}
 for name, first in (("lossless tree rule", lossless[:, 0]), ("typical acceptance", typical[:, 0])):
     counts = torch.bincount(first, minlength=6).numpy()
     res = sb.stats.chisquare_gof(counts, p_target.numpy())
+    pvalues[name] = res.pvalue
     print(f"{name:20s} counts {counts.tolist()}  chi-square p = {res.pvalue:.3g}")
     if name.startswith("lossless"):
         assert res.pvalue > LEVEL, "the lossless rule must follow p"
@@ -270,5 +394,91 @@ for name, first in (("lossless tree rule", lossless[:, 0]), ("typical acceptance
 # candidates in turn, accepting each with probability p(x) and removing it from
 # p when rejected (sampling without replacement), and ends exactly on p.
 
+# %% [markdown]
+# ## Exercises
+#
+# **1. Predict, then run.** For the choice list
+# `[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]`: how many nodes does
+# the tree have, how many root-to-leaf paths, and how many entries of the
+# attention-mask row of node `[0, 0, 0]` are True?
+#
+# <details><summary>Solution</summary>
+#
+# Seven nodes, one per choice. The leaves are `[2]`, `[0, 1]`, `[1, 0]` and
+# `[0, 0, 0]`: four paths. Node `[0, 0, 0]` sees itself and its two ancestors
+# `[0]` and `[0, 0]`: three True entries (the cached context is not part of
+# this node-by-node mask).
+# </details>
+
 # %%
+ex_tree = from_paths([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
+ex_mask = tree_mask(ex_tree.parents)
+print(len(ex_tree.parents), "nodes,", len(leaf_paths(ex_tree.parents)), "paths, mask row of [0, 0, 0]:",
+      ex_mask[-1].int().tolist())
+assert len(ex_tree.parents) == 7 and len(leaf_paths(ex_tree.parents)) == 4 and int(ex_mask[-1].sum()) == 3
+
+# %% [markdown]
+# **2. Medusa's labels.** Write `medusa_labels(tokens, t, K)`: the K tokens the
+# heads should predict when the target has read `tokens[: t + 1]` (0-based t),
+# with -100 past the end. Check it against the trainer on the sequence above.
+#
+# <details><summary>Solution</summary>
+#
+# The target's own head predicts `tokens[t + 1]`; head k predicts the token k
+# positions after it, `tokens[t + k + 1]`:
+#
+# ```python
+# def medusa_labels(tokens, t, K):
+#     return [int(tokens[t + k + 1]) if t + k + 1 < len(tokens) else -100 for k in range(1, K + 1)]
+# ```
+# </details>
+
+# %%
+def medusa_labels(tokens, t: int, K: int) -> list[int]:
+    """Head k's label (k = 1..K) after the target read tokens[: t + 1]: tokens[t + k + 1], -100 past the end."""
+    return [int(tokens[t + k + 1]) if t + k + 1 < len(tokens) else -100 for k in range(1, K + 1)]
+
+
+assert [medusa_labels(tok, t, K) for t in range(P - 1, len(tok) - 1)] == labels_.tolist()
+print("medusa_labels agrees with the trainer at all", len(labels_), "reply positions")
+
+# %% [markdown]
+# **3. A tree budget from the stopwatch.** Using the measured tree verify-cost
+# curves above, what is the largest timed node count whose pass costs at most
+# 1.5 plain passes, in float32 and in bfloat16? Predict which dtype allows the
+# bigger tree on your machine before running.
+#
+# <details><summary>Solution</summary>
+#
+# Keep the sizes n with v(n) ≤ 1.5 and take the largest (n = 1 always
+# qualifies). The flatter curve, bfloat16 where it is native, allows the bigger
+# tree; a big tree there costs little more than a chain.
+# </details>
+
+# %%
+budget = {name: max(n for n, x in zip(cv["n"], cv["v"]) if x <= 1.5) for name, cv in tree_curves.items()}
+print("largest tree with v(n) <= 1.5:", budget)
+for name, cv in tree_curves.items():
+    assert budget[name] in cv["n"] and all(x > 1.5 for n, x in zip(cv["n"], cv["v"]) if n > budget[name])
+
+# %% [markdown]
+# ## Checks: what this lesson taught
+
+# %%
+# 1. A tree's mask lets each node see itself and its ancestors only (section 1), and one masked pass
+#    scored every branch as a separate chain would (section 2, asserted there path by path).
+assert all(int(mask[i].sum()) == int(tree.depth[i]) + 1 for i in range(len(tree.parents)))
+# 2. Greedy tree verification kept the longest path a chain-by-chain verification would keep.
+assert tokens[0, : n_emitted[0]].tolist() == best_chain
+# 3. "One pass" over 64 nodes: the curves are relative to one node, and 64 float32 nodes do 32 flop/byte.
+for cv in tree_curves.values():
+    assert cv["n"] == TREE_SIZES and cv["v"][0] == 1.0 and all(x > 0 for x in cv["v"])
+assert intensity == {"float32": 32.0, "bfloat16": 64.0}
+# 4. Medusa head k is trained on x_{t+k+1}; EAGLE reads [f_t ; e(x_{t+1})]; f_t -> norm -> LM head = x_{t+1}.
+assert labels_.shape[1] == K and tuple(eagle_head.fc.weight.shape) == (cfg.dim, 2 * cfg.dim)
+# 5. Speculation emitted at least one token per target pass and at most a full path plus the bonus token;
+#    at temperature 0 every configuration reproduced plain greedy decoding (asserted in section 5).
+assert all(1.0 <= tau <= 1 + 12 for tau in results.values())
+# 6. The lossless tree rule follows p; typical acceptance does not.
+assert pvalues["lossless tree rule"] > LEVEL and pvalues["typical acceptance"] < LEVEL
 print(f"all lesson-5 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")

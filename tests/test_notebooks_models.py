@@ -34,3 +34,28 @@ def test_committed_notebook_is_clean_and_paired(name):
     ipynb = jupytext.read(NOTEBOOKS / f"{name}.ipynb")
     py = jupytext.read(NOTEBOOKS / f"{name}.py")
     assert [c.source for c in ipynb.cells] == [c.source for c in py.cells], f"{name}.ipynb and {name}.py differ"
+
+
+# Lesson 5's exact check of Medusa's head indexing must catch the off-by-one the course once taught
+# (head k trained on x_{t+k+2}, "k+1 places" after the target's own next token).
+MEDUSA_OFF_BY_ONE = """
+import specbook.train.medusa as _medusa
+_labels = _medusa.medusa_examples
+def _shifted(fs, seqs, num_heads):
+    rows, labels = _labels(fs, seqs, num_heads + 1)
+    return rows, labels[:, 1:]
+_medusa.medusa_examples = _shifted
+"""
+
+
+@pytest.mark.model
+def test_lesson5_checks_catch_medusa_labels_off_by_one(monkeypatch):
+    from nbclient.exceptions import CellExecutionError
+
+    monkeypatch.setenv("SPECBOOK_FAST", "1")
+    nb = nbformat.read(NOTEBOOKS / "05_trees_medusa_eagle.ipynb", as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if "_started = time.perf_counter()" in c.source)
+    nb.cells.insert(at + 1, nbformat.v4.new_code_cell(MEDUSA_OFF_BY_ONE))
+    with pytest.raises(CellExecutionError) as caught:
+        NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    assert "AssertionError" in str(caught.value) and "medusa_examples" in str(caught.value)
