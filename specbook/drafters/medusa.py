@@ -5,8 +5,8 @@ N tree nodes, S top-k candidates per head.
 
 Cai, Li, Geng, Peng, Lee, Chen & Dao, "Medusa: Simple LLM Inference Acceleration Framework
 with Multiple Decoding Heads" (ICML 2024, arXiv:2401.10774).  Head k reads the target's
-feature at the last cached position t and guesses the token k+1 positions after the one
-the target's own LM head predicts (eq. 1, a residual block):
+feature at the last cached position t and guesses x_{t+k+1}, the token k positions after
+the one the target's own LM head predicts (x_{t+1}); eq. 1, a residual block:
 
     p_t^(k) = softmax( W_lm · (z_t + SiLU(W_k z_t + b_k)) )            k = 1..K
 
