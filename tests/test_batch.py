@@ -142,3 +142,15 @@ def test_real_model_batched_greedy_equals_each_row_alone():
                     notes.append(f"B={B} row {b}: {d.describe()}")
     if notes:
         warnings.warn("batched near-tie differences:\n" + "\n".join(notes))
+
+
+def test_crossover_and_adaptive_ratio_read_the_runs():
+    def run(d, pol, B, tps):
+        return {"drafter": d, "policy": pol, "batch_size": B, "tokens_per_s": tps}
+
+    runs = [run("none", "plain", 1, 10), run("ngram", "fixed", 1, 15), run("ngram", "adaptive", 1, 14.5),
+            run("none", "plain", 4, 30), run("ngram", "fixed", 4, 25), run("ngram", "adaptive", 4, 29)]
+    args = type("A", (), {"drafters": ["none", "ngram"]})()
+    assert batch_cmd.crossovers(runs, args) == {"ngram": 4}
+    assert batch_cmd.adaptive_vs_best(runs)["ngram"] == {1: pytest.approx(14.5 / 15), 4: pytest.approx(29 / 30)}
+    assert batch_cmd.crossovers(runs[:3], args) == {"ngram": None}  # never slower: no crossover

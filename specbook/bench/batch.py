@@ -289,7 +289,8 @@ def run_batch(args) -> dict:
     bar.close()
     result = {"machine": machine_info("cpu"), "command": args.command,
               "settings": {k: v for k, v in vars(args).items() if k not in ("json_path", "command")},
-              "costs": costs, "runs": runs, "crossover": crossovers(runs, args)}
+              "costs": costs, "runs": runs, "crossover": crossovers(runs, args),
+              "adaptive_vs_best": adaptive_vs_best(runs)}
     result["roofline"] = roofline_section(model, drafters, runs, costs, args)
     if args.traces:
         result["traces"] = run_traces(target, drafters, tokenizer, args, params, progress)
@@ -333,6 +334,16 @@ def crossovers(runs: list[dict], args) -> dict:
     return out
 
 
+def adaptive_vs_best(runs: list[dict]) -> dict:
+    """{drafter: {B: adaptive tokens/s over the better of plain and fixed speculation at B}} (goal: >= 0.95)."""
+    tps = {(r["drafter"], r["policy"], r["batch_size"]): r["tokens_per_s"] for r in runs}
+    out: dict = {}
+    for (d, pol, B), value in tps.items():
+        if pol == "adaptive" and (d, "fixed", B) in tps and ("none", "plain", B) in tps:
+            out.setdefault(d, {})[B] = value / max(tps[("none", "plain", B)], tps[(d, "fixed", B)])
+    return out
+
+
 def roofline_section(model, drafters, runs, costs, args) -> dict:
     """The measured peaks, the ridge, and the crossover each drafter's measured acceptance predicts."""
     roof = costs["roofline"]
@@ -373,6 +384,8 @@ def format_table(result: dict) -> str:
     for d, B in result["crossover"].items():
         pred = roof["predicted"].get(d, {})
         lines.append(f"crossover {d}: measured {B}, predicted {pred.get('crossover')} (alpha {pred.get('alpha', 0):.2f})")
+    for d, ratios in result.get("adaptive_vs_best", {}).items():
+        lines.append(f"adaptive {d} / best of plain and fixed: " + "  ".join(f"B={B} {x:.2f}" for B, x in ratios.items()))
     if "traces" in result:
         lines.append(format_traces(result["traces"]))
     return "\n".join(lines)
