@@ -1,0 +1,395 @@
+"""``python -m specbook batch``: batching versus speculation, measured on this machine.
+
+Shape legend: B batch (rows decoded together), K draft length, n positions per row in one pass.
+
+Speculation spends the arithmetic a memory-bound decode step leaves idle; batching spends the same
+idle arithmetic (Leviathan et al. 2023, sec. 3.4; the roofline of Williams et al. 2009).  So at
+some batch size fixed-gamma speculation stops paying: that batch size is the *crossover*.  This
+command decodes the same prompts (of different lengths) at every batch size with plain decoding,
+fixed-gamma speculation and the load-aware :class:`~specbook.drafters.scheduler.BatchScheduler`,
+and reports, per run::
+
+    tokens_per_s        all rows' new tokens over wall time (throughput)
+    ms_per_token        mean over rows of (time the row finished / its new tokens) (latency)
+    tau                 tokens per target pass per row
+    positions_per_pass  positions one target forward computed, B (K + 1), averaged over passes
+    wasted_fraction     computed draft positions that were rejected or padding (a row whose
+                        drafter found fewer tokens is padded to the batch's K), over all positions
+    padding_fraction    the padding alone (drafters that report ``match_lengths``: prompt lookup)
+
+and the crossover per drafter, the measured roofline of this machine with its prediction of the
+crossover from each drafter's measured acceptance, and (``--traces``) acceptance along
+step-by-step reasoning traces (:mod:`specbook.bench.batch_traces`).
+
+    python -m specbook batch --batch-sizes 1,2,4,8,16 --max-new-tokens 32 --drafters none,ngram,draft
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from itertools import cycle, islice
+
+import torch
+from tqdm.auto import tqdm
+
+from ..decode import DecodeStep, generate, speculative_generate
+from ..drafters.scheduler import BatchCosts, BatchScheduler
+from ..models import LlamaTarget
+from ..models.chat import chat_ids
+from ..sampling import SamplingParams
+from . import batch_costs
+from .batch_traces import run_traces
+from .cli import machine_info
+from .registry import DRAFTERS, get_drafter
+from .workloads import load_prompts, select
+
+BATCH_DRAFTERS = ("none", "ngram", "draft", "eagle")  # chain drafters (EAGLE as a chain of gamma drafts)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m specbook batch", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--prompts", help="JSON lines with id, category, prompt (default: the built-in workloads)")
+    p.add_argument("--categories", help="comma-separated categories of the prompts to keep (default: all)")
+    p.add_argument("--drafters", default="none,ngram,draft", help=f"comma-separated, from: {', '.join(BATCH_DRAFTERS)}")
+    p.add_argument("--batch-sizes", default="1,2,4,8,16,32,64", help="comma-separated batch sizes")
+    p.add_argument("--gamma", type=int, default=4, help="draft tokens per pass for fixed speculation, the "
+                   "adaptive policy's ceiling (default 4)")
+    p.add_argument("--policy", default="fixed,adaptive", help="comma-separated: fixed,adaptive")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
+    p.add_argument("--repeats", type=int, default=3, help="timed repetitions per run; medians reported (default 3)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--traces", action="store_true", help="also decode the reasoning workload (batch <= 8)")
+    p.add_argument("--traces-only", action="store_true", help="decode only the reasoning workload")
+    p.add_argument("--trace-tokens", type=int, default=512, help="new tokens per reasoning trace (default 512)")
+    p.add_argument("--trace-window", type=int, default=64, help="window of the acceptance curve (default 64)")
+    p.add_argument("--json", dest="json_path", help="write the results here")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        check_args(args)
+    except ValueError as err:
+        p.error(str(err))  # exits with status 2 before any model is loaded
+    return args
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"{flag} must be comma-separated integers, got {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"{flag} must list integers >= 1, got {text!r}")
+    return sorted(set(values))
+
+
+def _names(text: str, allowed, flag: str) -> list[str]:
+    names = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    bad = [n for n in names if n not in allowed]
+    if not names or bad:
+        raise ValueError(f"{flag} must list names from {', '.join(allowed)}, got {text!r}")
+    return names
+
+
+def check_args(args) -> None:
+    """Every number and name on the command line, refused with the flag's name before the model loads."""
+    args.batch_sizes = _ints(args.batch_sizes, "--batch-sizes")
+    args.drafters = _names(args.drafters, [d for d in BATCH_DRAFTERS if d in DRAFTERS], "--drafters")
+    args.policy = _names(args.policy, ("fixed", "adaptive"), "--policy")
+    for flag, value, low in (("--gamma", args.gamma, 1), ("--max-new-tokens", args.max_new_tokens, 1),
+                             ("--repeats", args.repeats, 1), ("--trace-tokens", args.trace_tokens, 1),
+                             ("--trace-window", args.trace_window, 1)):
+        if value < low:
+            raise ValueError(f"{flag} must be >= {low}, got {value}")
+    if not args.temperature >= 0:
+        raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if args.prompts or args.categories:  # a missing or malformed file, an unknown category: refused now
+        select(load_prompts(args.prompts), args.categories.split(",") if args.categories else None)
+
+
+def interleave(prompts: list) -> list:
+    """Prompts ordered round-robin over categories, so that every batch mixes lengths and kinds."""
+    by_cat: dict[str, list] = {}
+    for p in prompts:
+        by_cat.setdefault(p.category, []).append(p)
+    order, queues = [], [iter(v) for v in by_cat.values()]
+    while queues:
+        for q in list(queues):
+            nxt = next(q, None)
+            if nxt is None:
+                queues.remove(q)
+            else:
+                order.append(nxt)
+    return order
+
+
+class StepLog:
+    """An ``on_step`` hook that counts positions, waste and per-row finishing times of one run."""
+
+    def __init__(self, drafter, start: float):
+        self.drafter, self.start = drafter, start
+        self.passes = self.positions = self.wasted = self.padding = 0
+        self.finished: dict[int, float] = {}  # row -> seconds since start at its last step
+        self.steps: list[tuple[tuple[int, ...], list[int], list[int], int]] = []  # (rows, accepted, kept, K)
+
+    def __call__(self, step: DecodeStep) -> None:
+        B, K = step.tokens.shape[0], step.draft.num_tokens
+        accepted = (step.num_emitted - 1).tolist()
+        self.passes += 1
+        self.positions += B * (K + 1)
+        self.wasted += sum(K - a for a in accepted)
+        matches = list(getattr(self.drafter, "match_lengths", None) or [])
+        if K and len(matches) == B:  # a row without a match drafted nothing: its K positions are padding
+            self.padding += K * sum(m == 0 for m in matches)
+        t = batch_costs.now() - self.start
+        for r in step.rows:
+            self.finished[r] = t
+        self.steps.append((step.rows, accepted, step.kept.tolist(), K))
+
+
+class PrefillClock:
+    """Times ``target.prefill`` while installed, and computes each distinct prefill once.
+
+    The prompts' prefill is the same work for every policy at one batch size and, on a CPU, can
+    outweigh a short decode: the run's ``seconds`` exclude it (reported apart), and a repeated
+    prefill of the same tokens restores the cache saved the first time instead of recomputing it.
+    """
+
+    memo: dict = {}  # id(target) -> (key, k, v, lengths) of the last prefill
+
+    def __init__(self, target):
+        self.target, self.seconds = target, 0.0
+
+    def __enter__(self):
+        inner, target = self.target.prefill, self.target
+
+        def prefill(tokens):
+            t0 = batch_costs.now()
+            key = (tuple(tokens.shape), hash(tuple(tokens.flatten().tolist())))
+            saved = self.memo.get(id(target))
+            cache = target.cache
+            if saved is not None and saved[0] == key and saved[1].shape == cache.k.shape and not cache.length_list()[0]:
+                cache.k.copy_(saved[1])
+                cache.v.copy_(saved[2])
+                cache._set_lengths(list(saved[3]))
+            else:
+                inner(tokens)
+                self.memo[id(target)] = (key, cache.k.clone(), cache.v.clone(), list(cache.length_list()))
+            self.seconds += batch_costs.now() - t0
+
+        self.target.prefill = prefill  # an instance attribute shadows the method for this run only
+        return self
+
+    def __exit__(self, *exc):
+        del self.target.prefill
+
+
+def run_once(target, drafter, prompts, args, params, eos) -> dict:
+    """One generation of ``prompts`` (a batch); the figures of one run, prefill excluded from the times."""
+    g = torch.Generator().manual_seed(args.seed)
+    if hasattr(drafter, "reset"):
+        drafter.reset()
+    start = batch_costs.now()
+    log = StepLog(drafter, start)
+    with PrefillClock(target) as prefill:
+        if drafter is None:
+            out = generate(target, prompts, args.max_new_tokens, params, g, eos_token_id=eos)
+        else:
+            out = speculative_generate(target, drafter, prompts, args.max_new_tokens, params, args.gamma, g,
+                                       eos_token_id=eos, on_step=log)
+    seconds = batch_costs.now() - start - prefill.seconds
+    lengths = out.lengths.tolist()
+    # a row's finishing time: its last verification pass (plain decoding: every row runs to the end)
+    finished = [log.finished.get(r, seconds + prefill.seconds) - prefill.seconds for r in range(len(prompts))]
+    total = sum(lengths)
+    positions = log.positions if drafter is not None else total  # plain: one position per row and token
+    return {"seconds": seconds, "prefill_seconds": prefill.seconds, "new_tokens": total,
+            "tokens_per_s": total / seconds,
+            "ms_per_token": 1000 * statistics.mean(f / max(n, 1) for f, n in zip(finished, lengths)),
+            "tau": out.stats.tau, "acceptance_rate": out.stats.acceptance_rate,
+            "positions_per_pass": (log.positions / log.passes) if log.passes else len(prompts),
+            "wasted_fraction": log.wasted / positions if positions else 0.0,
+            "padding_fraction": log.padding / positions if positions else 0.0,
+            "sequences": out.sequences(),
+            "gammas": [s.gamma for s in getattr(drafter, "steps", [])]}
+
+
+def _median_run(reps: list[dict]) -> dict:
+    keys = ("seconds", "prefill_seconds", "tokens_per_s", "ms_per_token")
+    run = dict(reps[0])
+    for k in keys:
+        run[k] = statistics.median(r[k] for r in reps)
+    run["repeats"] = len(reps)
+    return run
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    args.command = "python -m specbook batch " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    result = run_batch(args)
+    print(format_table(result) if "runs" in result else format_traces(result["traces"]))
+    if args.json_path:
+        with open(args.json_path, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.json_path}")
+    return 0
+
+
+def run_batch(args) -> dict:
+    from ..models.smollm2 import load_smollm2
+
+    params = SamplingParams(temperature=args.temperature)
+    dtype = getattr(torch, args.dtype)
+    model, tokenizer = load_smollm2("cpu", dtype)
+    prompts = interleave(select(load_prompts(args.prompts), args.categories.split(",") if args.categories else None))
+    ids = [chat_ids(tokenizer, p.prompt) for p in prompts]
+    room = args.max_new_tokens if args.traces_only else args.max_new_tokens + args.gamma + 2
+    if args.traces or args.traces_only:  # the reasoning prompts are short; their traces are long
+        room = max(room, args.trace_tokens + args.gamma + 2)
+    target = LlamaTarget(model, max_length=max(len(i) for i in ids) + room)
+    drafters = {d: make_drafter(d, model, tokenizer, target, args.gamma) for d in args.drafters}
+    eos = tokenizer.eos_token_id
+
+    progress = not args.no_progress
+    if args.traces_only:
+        return {"machine": machine_info("cpu"), "command": args.command,
+                "settings": {k: v for k, v in vars(args).items() if k not in ("json_path", "command")},
+                "traces": run_traces(target, drafters, tokenizer, args, params, progress)}
+    costs = measure_costs(model, target, drafters, args, progress)
+    schedulers = {d: BatchScheduler(drafters[d], BatchCosts(costs["v"], costs["c"].get(d, 0.0)),
+                                    shadow=d.startswith("ngram")) for d in args.drafters if d != "none"}
+    combos = [("none", "fixed")] + [(d, p) for d in args.drafters if d != "none" for p in args.policy]
+    runs = []
+    bar = tqdm(total=len(args.batch_sizes) * len(combos) * args.repeats, desc="batch", disable=not progress)
+    for B in args.batch_sizes:
+        batch = list(islice(cycle(ids), B))  # prompts of different lengths
+        reps: dict = {c: [] for c in combos}
+        for r in range(args.repeats):
+            for d, pol in combos[r % len(combos):] + combos[:r % len(combos)]:  # rotated: drift spreads evenly
+                drafter = None if d == "none" else (schedulers[d] if pol == "adaptive" else drafters[d])
+                reps[(d, pol)].append(run_once(target, drafter, batch, args, params, eos))
+                bar.update(1)
+        plain = reps[("none", "fixed")][0]["sequences"]
+        for (d, pol), rr in reps.items():
+            run = _median_run(rr)
+            seqs = run.pop("sequences")
+            run.update(drafter=d, policy=pol if d != "none" else "plain", batch_size=B,
+                       gamma=0 if d == "none" else args.gamma,
+                       outputs_identical_to_plain=(seqs == plain) if params.greedy else None)
+            runs.append(run)
+    bar.close()
+    result = {"machine": machine_info("cpu"), "command": args.command,
+              "settings": {k: v for k, v in vars(args).items() if k not in ("json_path", "command")},
+              "costs": costs, "runs": runs, "crossover": crossovers(runs, args),
+              "adaptive_vs_best": adaptive_vs_best(runs)}
+    result["roofline"] = roofline_section(model, drafters, runs, costs, args)
+    if args.traces:
+        result["traces"] = run_traces(target, drafters, tokenizer, args, params, progress)
+    return result
+
+
+def make_drafter(name: str, model, tokenizer, target, gamma: int):
+    """The registry's drafter; EAGLE as a chain of ``gamma`` drafts (the batch loop verifies chains)."""
+    if name == "eagle":
+        from .registry import make_eagle
+
+        return make_eagle(model, tokenizer, tree=None)
+    return get_drafter(name).make(model, tokenizer, gamma=gamma, target=target)
+
+
+def measure_costs(model, target, drafters, args, progress: bool) -> dict:
+    """v_B for every batch size, c_B of the draft model, and the measured roofline."""
+    if progress:
+        print("measuring v_B(n), c_B and the roofline ...", file=sys.stderr)
+    draft_target = None
+    if "draft" in drafters:
+        inner = drafters["draft"].model  # the draft model's own LlamaTarget: time a copy with its own cache
+        draft_target = LlamaTarget(inner.model, max_length=128)
+    probe = LlamaTarget(model, max_length=128)
+    measured = batch_costs.batch_verify_costs(probe, args.batch_sizes, args.gamma + 1, draft=draft_target)
+    costs = {"v": measured["v"], "t1_seconds": measured["seconds"],
+             "c": {"draft": measured["c"]} if draft_target is not None else {},
+             "roofline": batch_costs.measure_roofline(getattr(torch, args.dtype))}
+    return costs
+
+
+def crossovers(runs: list[dict], args) -> dict:
+    """Per drafter: the smallest batch size where fixed speculation's throughput falls below plain's."""
+    plain = {r["batch_size"]: r["tokens_per_s"] for r in runs if r["drafter"] == "none"}
+    out = {}
+    for d in args.drafters:
+        if d == "none":
+            continue
+        fixed = {r["batch_size"]: r["tokens_per_s"] for r in runs if r["drafter"] == d and r["policy"] == "fixed"}
+        out[d] = next((B for B in sorted(fixed) if fixed[B] < plain[B]), None) if fixed else None
+    return out
+
+
+def adaptive_vs_best(runs: list[dict]) -> dict:
+    """{drafter: {B: adaptive tokens/s over the better of plain and fixed speculation at B}} (goal: >= 0.95)."""
+    tps = {(r["drafter"], r["policy"], r["batch_size"]): r["tokens_per_s"] for r in runs}
+    out: dict = {}
+    for (d, pol, B), value in tps.items():
+        if pol == "adaptive" and (d, "fixed", B) in tps and ("none", "plain", B) in tps:
+            out.setdefault(d, {})[B] = value / max(tps[("none", "plain", B)], tps[(d, "fixed", B)])
+    return out
+
+
+def roofline_section(model, drafters, runs, costs, args) -> dict:
+    """The measured peaks, the ridge, and the crossover each drafter's measured acceptance predicts."""
+    roof = costs["roofline"]
+    params = sum(p.numel() for p in model.parameters())
+    dtype_bytes = torch.finfo(getattr(torch, args.dtype)).bits // 8
+    predicted = {}
+    for d in args.drafters:
+        fixed = [r for r in runs if r["drafter"] == d and r["policy"] == "fixed"]
+        if d == "none" or not fixed:
+            continue
+        alpha = min(max(fixed[0]["acceptance_rate"], 0.0), 0.999)  # measured at the smallest batch
+        draft_params = (sum(p.numel() for p in drafters[d].model.model.parameters()) if d == "draft" else 0)
+        predicted[d] = {"alpha": alpha, "draft_params": draft_params,
+                        "crossover": batch_costs.roofline_crossover(alpha, args.gamma, roof, params, dtype_bytes,
+                                                                    draft_params)}
+    return {**roof, "params": params, "dtype_bytes": dtype_bytes, "predicted": predicted}
+
+
+def format_traces(traces: dict) -> str:
+    lines = [f"reasoning traces, {traces['tokens']} new tokens, acceptance per {traces['window']}-token window"]
+    for r in traces["runs"]:
+        curve = " ".join("-" if a is None else f"{a:.2f}" for a in (r["window_acceptance"] or []))
+        lines.append(f"{r['drafter']:<6} B={r['batch_size']:<2} {r['tokens_per_s']:7.1f} tok/s {r['seconds']:7.1f} s  {curve}")
+    return "\n".join(lines)
+
+
+def format_table(result: dict) -> str:
+    lines = [f"{'drafter':<8} {'policy':<9} {'B':>3} {'tok/s':>8} {'ms/tok':>8} {'tau':>5} {'pos/pass':>8} "
+             f"{'wasted':>6} {'pad':>5} {'=plain':>6}"]
+    for r in result["runs"]:
+        same = {True: "yes", False: "NO", None: "-"}[r["outputs_identical_to_plain"]]
+        lines.append(f"{r['drafter']:<8} {r['policy']:<9} {r['batch_size']:>3} {r['tokens_per_s']:>8.1f} "
+                     f"{r['ms_per_token']:>8.1f} {r['tau']:>5.2f} {r['positions_per_pass']:>8.1f} "
+                     f"{r['wasted_fraction']:>6.2f} {r['padding_fraction']:>5.2f} {same:>6}")
+    roof = result["roofline"]
+    lines.append(f"roofline: {roof['matmul_flop_per_s'] / 1e9:.0f} GFLOP/s, {roof['memory_bytes_per_s'] / 1e9:.1f} GB/s, "
+                 f"ridge {roof['ridge_flop_per_byte']:.1f} flop/byte")
+    for d, B in result["crossover"].items():
+        pred = roof["predicted"].get(d, {})
+        lines.append(f"crossover {d}: measured {B}, predicted {pred.get('crossover')} (alpha {pred.get('alpha', 0):.2f})")
+    for d, ratios in result.get("adaptive_vs_best", {}).items():
+        lines.append(f"adaptive {d} / best of plain and fixed: " + "  ".join(f"B={B} {x:.2f}" for B, x in ratios.items()))
+    if "traces" in result:
+        lines.append(format_traces(result["traces"]))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""What one decode step costs on this machine, by batch size: the stopwatches of ``python -m specbook batch``.
+
+Shape legend: B batch (rows), n new positions per row in one forward, T context length.
+
+* :func:`batch_verify_costs`: v_B(n) = t(B, n) / t(B, 1) for each batch size B, the curve the
+  scheduler (:class:`specbook.drafters.scheduler.BatchCosts`) prices a draft with; and c_B, one
+  draft-model step over one target step at the same B.
+* :func:`measure_roofline`: this machine's matmul flop/s and memory-read bytes/s, and so its ridge
+  point (flop per byte) in the sense of Williams, Waterman and Patterson (2009, "Roofline").
+* :func:`roofline_speedup` / :func:`roofline_crossover`: the roofline's prediction of where
+  speculation stops paying: a step over B rows and n positions takes
+  t(B, n) = max(weight bytes / bandwidth, 2 * params * B * n / flop/s), and speculation beats plain
+  decoding at batch B while E(alpha, gamma) / (gamma c_B + t(B, gamma+1) / t(B, 1)) > 1
+  (Leviathan et al. 2023, Thm 3.8).
+
+Every timing goes through :func:`specbook.bench.timing.interleaved_medians` (settings visited in a
+rotated order, medians reported), because the machine is shared.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from .. import theory
+from ..models import LlamaTarget
+from .timing import interleaved_medians
+
+
+@torch.no_grad()
+def batch_verify_costs(target: LlamaTarget, batch_sizes: list[int], max_positions: int, *, context: int = 64,
+                       draft: LlamaTarget | None = None, reps: int = 3) -> dict:
+    """{"v": {B: [v_B(1), ..., v_B(max_positions)]}, "c": {B: c_B} (when ``draft`` is given),
+    "seconds": {B: t(B, 1)}} measured now after a ``context``-token context in every row.
+
+    ``target`` and ``draft`` are reset (their caches are overwritten): pass ones the caller owns."""
+    if not batch_sizes or any(not isinstance(b, int) or b < 1 for b in batch_sizes):
+        raise ValueError(f"batch_sizes must be ints >= 1, got {batch_sizes!r}")
+    if not isinstance(max_positions, int) or max_positions < 1:
+        raise ValueError(f"max_positions must be an int >= 1, got {max_positions!r}")
+    models = {"target": target} if draft is None else {"target": target, "draft": draft}
+    out = {"v": {}, "c": {}, "seconds": {}, "context": context, "reps": reps}
+    for B in batch_sizes:
+        ctx = (torch.arange(context, device=target.device) % 1000 + 1000).repeat(B, 1)  # (B, T) any tokens
+        base = torch.full((B,), context, dtype=torch.long)
+        for m in models.values():
+            m.reset(B)
+            m.forward(ctx)
+        fresh = ctx[:, :max_positions]  # (B, n_max)
+        keys = [("target", n) for n in range(1, max_positions + 1)] + ([("draft", 1)] if draft is not None else [])
+        med = interleaved_medians(keys, lambda k: models[k[0]].forward(fresh[:, :k[1]]), reps=reps, warmup=1,
+                                  after=lambda k: models[k[0]].rollback(base), device=target.device)
+        t1 = med[("target", 1)]
+        out["v"][B] = [med[("target", n)] / t1 for n in range(1, max_positions + 1)]
+        out["seconds"][B] = t1
+        if draft is not None:
+            out["c"][B] = med[("draft", 1)] / t1
+    return out
+
+
+@torch.no_grad()
+def measure_roofline(dtype: torch.dtype = torch.float32, device: str = "cpu", *, size: int = 1536,
+                     read_mb: int = 256, reps: int = 5) -> dict:
+    """This machine's measured peaks: square matmul flop/s in ``dtype``, memory read bytes/s, ridge point."""
+    a = torch.randn(size, size, dtype=dtype, device=device)  # (size, size)
+    x = torch.ones(read_mb * 2**20 // 4, dtype=torch.float32, device=device)  # read_mb MiB, streamed once per sum
+    med = interleaved_medians(["matmul", "read"], lambda k: (a @ a) if k == "matmul" else x.sum(),
+                              reps=reps, warmup=1, device=device)
+    flops = 2 * size**3 / med["matmul"]
+    bandwidth = x.numel() * x.element_size() / med["read"]
+    return {"matmul_flop_per_s": flops, "memory_bytes_per_s": bandwidth, "ridge_flop_per_byte": flops / bandwidth,
+            "dtype": str(dtype).replace("torch.", ""), "matmul_size": size, "read_bytes": x.numel() * 4}
+
+
+def step_seconds(params: int, dtype_bytes: int, batch: int, positions: int, roofline: dict) -> float:
+    """Roofline time of one forward over ``batch`` rows x ``positions`` positions of a ``params`` model."""
+    memory = params * dtype_bytes / roofline["memory_bytes_per_s"]
+    compute = 2 * params * batch * positions / roofline["matmul_flop_per_s"]
+    return max(memory, compute)
+
+
+def roofline_speedup(alpha: float, gamma: int, batch: int, roofline: dict, params: int, dtype_bytes: int,
+                     draft_params: int = 0) -> float:
+    """Predicted throughput of fixed-gamma speculation over plain decoding at ``batch`` rows."""
+    t1 = step_seconds(params, dtype_bytes, batch, 1, roofline)
+    v = step_seconds(params, dtype_bytes, batch, gamma + 1, roofline) / t1
+    c = step_seconds(draft_params, dtype_bytes, batch, 1, roofline) / t1 if draft_params else 0.0
+    return float(theory.speedup(alpha, gamma, c, v))
+
+
+def roofline_crossover(alpha: float, gamma: int, roofline: dict, params: int, dtype_bytes: int,
+                       draft_params: int = 0, max_batch: int = 1024) -> int | None:
+    """The smallest batch size at which the roofline predicts speculation slower than plain decoding."""
+    for B in range(1, max_batch + 1):
+        if roofline_speedup(alpha, gamma, B, roofline, params, dtype_bytes, draft_params) < 1:
+            return B
+    return None
+
+
+def now() -> float:
+    return time.perf_counter()

@@ -1,0 +1,162 @@
+"""Batching versus speculation: the load-aware scheduler, the batch command's accounting, and per-row
+losslessness of batched speculation on the real model (batch 1 to 16, prompts of different lengths)."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import pytest
+import torch
+
+from specbook.bench import batch as batch_cmd
+from specbook.bench.batch_costs import roofline_crossover, roofline_speedup
+from specbook.bench.batch_traces import WindowAcceptance
+from specbook.decode import generate, speculative_generate
+from specbook.drafters import DraftModelDrafter, NGramDrafter
+from specbook.drafters.scheduler import BatchCosts, BatchScheduler
+from specbook.sampling import GREEDY
+from specbook.toy import make_toy_pair
+
+PROMPTS = [[1, 2, 3, 1, 2], [4], [2, 2, 5, 1, 2, 3, 1, 2, 3], [3, 1], [5, 5, 5, 5, 5, 5, 5]]
+FLAT = {1: (1.0, 1.02, 1.04, 1.06, 1.08)}  # verification nearly free: speculate
+STEEP = {1: (1.0, 1.02, 1.04, 1.06, 1.08), 4: (1.0, 2.0, 3.0, 4.0, 5.0)}  # at 4 rows a position costs a pass
+
+
+def test_costs_interpolate_and_refuse_bad_tables():
+    costs = BatchCosts({1: (1.0, 1.1), 4: (1.0, 2.1)}, {1: 0.1, 4: 0.3})
+    assert costs.v(1, 2) == pytest.approx(1.1) and costs.v(4, 2) == pytest.approx(2.1)
+    assert costs.v(2, 2) == pytest.approx(1.6)  # halfway in log2(B)
+    assert costs.v(64, 2) == pytest.approx(2.1)  # clamped beyond the last measured batch size
+    assert costs.v(1, 4) == pytest.approx(1.3)  # a longer chain: the last step extrapolated
+    assert costs.c(2) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="verify_cost"):
+        BatchCosts({})
+    with pytest.raises(ValueError, match="verify_cost\\[2\\]"):
+        BatchCosts({2: (1.0, -1.0)})
+    with pytest.raises(ValueError, match="draft_cost"):
+        BatchCosts(FLAT, -0.5)
+
+
+def test_best_gamma_follows_load_and_acceptance():
+    costs = BatchCosts(STEEP, 0.0)
+    assert costs.best_gamma(0.8, 1, 4) == 4  # idle arithmetic, good drafts: draft the ceiling
+    assert costs.best_gamma(0.8, 4, 4) == 0  # every position costs a full pass: speculation off
+    assert costs.best_gamma(0.01, 1, 4) == 0 or costs.speedup(0.01, costs.best_gamma(0.01, 1, 4), 1) > 1
+    assert BatchCosts(FLAT, 0.5).best_gamma(0.3, 1, 4) == 0  # a costly draft with poor acceptance
+
+
+@pytest.mark.parametrize("table, shadow", [(FLAT, False), (STEEP, True), (STEEP, False)])
+def test_scheduler_is_lossless_and_turns_off_under_load(table, shadow):
+    target, draft = make_toy_pair(6, 2, match=0.8, seed=3)
+    inner = NGramDrafter() if shadow else DraftModelDrafter(draft)
+    sched = BatchScheduler(inner, BatchCosts(table, 0.0), shadow=shadow)
+    alone = [generate(target, [p], 20, GREEDY).sequences()[0] for p in PROMPTS]
+    out = speculative_generate(target, sched, PROMPTS, 20, GREEDY, 4)
+    assert out.sequences() == alone
+    gammas = {s.batch: s.gamma for s in sched.steps}
+    if table is STEEP:
+        assert all(g == 0 for b, g in gammas.items() if b >= 4 and b in gammas)  # 5 live rows: off
+    else:
+        assert max(s.gamma for s in sched.steps) > 0
+
+
+def test_scheduler_probes_after_idle_steps():
+    target, draft = make_toy_pair(6, 1, match=0.8, seed=1)
+    sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts({1: (1.0, 9.0)}, 0.0), probe_every=3)
+    speculative_generate(target, sched, [[1, 2]], 12, GREEDY, 1)
+    assert [s.gamma for s in sched.steps][:6] == [0, 0, 1, 0, 0, 1]
+    with pytest.raises(ValueError, match="probe_every"):
+        BatchScheduler(NGramDrafter(), BatchCosts(FLAT), probe_every=-1)
+
+
+def test_step_log_counts_padding_as_waste():
+    """Rows without an n-gram match are padded to the batch's K: those positions count as wasted."""
+    target, _ = make_toy_pair(6, 1, match=0.8, seed=2)
+    drafter = NGramDrafter()
+    log = batch_cmd.StepLog(drafter, 0.0)
+    prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4]]  # the second row has nothing to look up at first
+    out = speculative_generate(target, drafter, prompts, 10, GREEDY, 4, on_step=log)
+    assert log.padding > 0 and log.wasted >= log.padding
+    assert log.positions == sum(len(rows) * (K + 1) for rows, _, _, K in log.steps)
+    useful = sum(sum(acc) for _, acc, _, _ in log.steps)
+    assert log.wasted == sum(len(rows) * K for rows, _, _, K in log.steps) - useful
+    assert sum(out.lengths.tolist()) == 20
+
+
+def test_window_acceptance_curve():
+    hook = WindowAcceptance(window=4, tokens=10)
+    target, draft = make_toy_pair(6, 1, match=0.9, seed=4)
+    speculative_generate(target, DraftModelDrafter(draft), [[1, 2], [3]], 10, GREEDY, 3, on_step=hook)
+    curve = hook.curve()
+    assert len(curve) == 3 and all(a is None or 0 <= a <= 1 for a in curve)
+    assert sum(hook.verified) > 0
+
+
+def test_roofline_prediction_turns_over_at_the_ridge():
+    roof = {"matmul_flop_per_s": 1e12, "memory_bytes_per_s": 1e10}  # ridge 100 flop/byte
+    params = 10**8
+    assert roofline_speedup(0.8, 4, 1, roof, params, 4) > 3  # memory-bound: 5 positions for one pass
+    B = roofline_crossover(0.8, 4, roof, params, 4)
+    assert B is not None and roofline_speedup(0.8, 4, B, roof, params, 4) < 1 <= roofline_speedup(0.8, 4, B - 1, roof, params, 4)
+    # 2 flop per parameter and position against 4 bytes per parameter: compute-bound past 200 positions
+    assert 200 / 5 <= B <= 200
+
+
+@pytest.mark.parametrize("argv, flag", [(["--batch-sizes", "0,2"], "--batch-sizes"), (["--gamma", "0"], "--gamma"),
+                                        (["--drafters", "ngram,nope"], "--drafters"), (["--policy", "x"], "--policy"),
+                                        (["--max-new-tokens", "0"], "--max-new-tokens"),
+                                        (["--prompts", "/nonexistent.jsonl"], "prompts")])
+def test_bad_arguments_are_refused_before_the_model_loads(argv, flag, monkeypatch, capsys):
+    import specbook.models.smollm2 as smollm2
+
+    monkeypatch.setattr(smollm2, "load_smollm2", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(SystemExit) as exc:
+        batch_cmd.main(argv)
+    assert exc.value.code == 2 and flag in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the real model, batch 1 to 16
+
+@pytest.mark.model
+def test_real_model_batched_greedy_equals_each_row_alone():
+    """Every row of a batched speculative run equals plain decoding of that row alone (near-ties explained)."""
+    from specbook.bench.crosscheck import TIE_GAP, explain_divergence
+    from specbook.drafters.small_model import distilled_drafter
+    from specbook.models import LlamaTarget
+    from specbook.models.smollm2 import load_smollm2
+
+    model, tokenizer = load_smollm2()
+    threads = torch.get_num_threads()
+    if os.getloadavg()[0] > (os.cpu_count() or 1) + 0.5:
+        torch.set_num_threads(1)  # busy cores: threads would wait at every barrier for a descheduled peer
+    texts = ["Hi", "Name a colour.", "What is 2 + 2?", "Repeat: red green blue red green blue",
+             "Write one word.", "Count: 1 2 3 4", "The sky is", "Say yes or no."]
+    prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts] * 2  # 16 rows, lengths 1 to 12
+    new = 5
+    target = LlamaTarget(model, max_length=32)
+    alone = [generate(target, [p], new, GREEDY).sequences()[0] for p in prompts[:8]] * 2
+    notes = []
+    drafters = (NGramDrafter(), distilled_drafter(target))  # each resets itself when the batch size changes
+    for B in (1, 3, 8, 16):
+        for drafter in drafters:
+            out = speculative_generate(target, drafter, prompts[:B], new, GREEDY, 3).sequences()
+            for b, (got, ref) in enumerate(zip(out, alone)):
+                if got != ref:
+                    d = explain_divergence(model, prompts[b], ref, got, TIE_GAP)
+                    assert d is not None and d.is_tie, f"B={B} row {b} {type(drafter).__name__}: {d and d.describe()}"
+                    notes.append(f"B={B} row {b}: {d.describe()}")
+    torch.set_num_threads(threads)
+    if notes:
+        warnings.warn("batched near-tie differences:\n" + "\n".join(notes))
+
+
+def test_crossover_and_adaptive_ratio_read_the_runs():
+    def run(d, pol, B, tps):
+        return {"drafter": d, "policy": pol, "batch_size": B, "tokens_per_s": tps}
+
+    runs = [run("none", "plain", 1, 10), run("ngram", "fixed", 1, 15), run("ngram", "adaptive", 1, 14.5),
+            run("none", "plain", 4, 30), run("ngram", "fixed", 4, 25), run("ngram", "adaptive", 4, 29)]
+    args = type("A", (), {"drafters": ["none", "ngram"]})()
+    assert batch_cmd.crossovers(runs, args) == {"ngram": 4}
+    assert batch_cmd.adaptive_vs_best(runs)["ngram"] == {1: pytest.approx(14.5 / 15), 4: pytest.approx(29 / 30)}
+    assert batch_cmd.crossovers(runs[:3], args) == {"ngram": None}  # never slower: no crossover
