@@ -163,7 +163,9 @@ class BatchingExplorer:
     def __init__(self, batch: int = 1, gamma: int = 4, alpha: float = 0.8, c: float = 0.05,
                  hardware: str = "H100 SXM", dtype: str = "bfloat16", params: float = 7e9,
                  extra_hardware: Sequence[roofline.Hardware] = ()):
-        self.params = roofline._positive(params, "params")
+        if isinstance(params, bool) or not isinstance(params, (int, float)) or not 0 < params < float("inf"):
+            raise ValueError(f"params must be a finite number > 0, got {params!r}")
+        self.params = float(params)
         self.machines = dict(roofline.PRESETS)
         for hw in extra_hardware:
             if not isinstance(hw, roofline.Hardware):
