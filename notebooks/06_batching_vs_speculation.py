@@ -178,9 +178,9 @@ print(f"H100, 7B, B=64, γ=4, α=0.8, c=0.05: verify cost v = {worked['verify_co
 # ## Measured on your machine: throughput against batch size
 #
 # Now the real loop. Each batch size runs the same prompts twice, greedily: plain
-# decoding (`generate`) and speculative decoding with prompt lookup (`NGramDrafter`,
-# γ = 4), both through `speculative_generate`'s batched loop with prompts of different
-# lengths (rows leave the batch when they finish). Greedy speculation must give every
+# decoding (`generate`) and speculative decoding with prompt lookup
+# (`speculative_generate` with an `NGramDrafter`, γ = 4). Both take the batch as a list of
+# prompts of different lengths, and a row leaves the batch when it finishes. Greedy speculation must give every
 # row exactly the tokens plain decoding gives it; we check that at every batch size.
 #
 # The model: in the full run, SmolLM2-135M if it is on disk (`python -m specbook
