@@ -415,6 +415,15 @@ def batching_table_from_roofline(batch: int, gamma: int, alpha: float, c: float,
     }
 
 
+@functools.lru_cache(maxsize=None)
+def library_batching_plot(batch: int, gamma: int, alpha: float, c: float, hardware: str, dtype: str) -> str:
+    """SHA-256 of the PNG that specbook's BatchingExplorer draws for these inputs, rendered here."""
+    from specbook.teach.batching import BatchingExplorer
+
+    ex = BatchingExplorer(batch=batch, gamma=gamma, alpha=alpha, c=c, hardware=hardware, dtype=dtype)
+    return hashlib.sha256(ex.plot.value).hexdigest()
+
+
 def test_batching_lesson_in_jupyterlab(lab, page):
     """Lesson 6 runs in JupyterLab; keyboard moves of B and γ update the table to specbook.roofline's numbers."""
     lesson = open_lesson(page, lab, "06_batching_vs_speculation.ipynb", "batching")
@@ -452,6 +461,8 @@ def test_batching_lesson_in_jupyterlab(lab, page):
         assert start[4] == "H100 SXM" and start[5] == "bfloat16", start
         start_table = expect_roofline("as rendered")
         assert start_table["intensity"] == "5.0" and start_table["ridge_fraction"] == "1.7%"  # the course's row
+        wait_until(lesson, lambda: image_digest(out) == library_batching_plot(*start), 60,
+                   lambda: f"as rendered: the plot is not the library's plot for {start}")
         start_plot = image_digest(out)
         scroll_cell_to_top(lesson, out)
         lesson.shot("explorer")
@@ -461,8 +472,9 @@ def test_batching_lesson_in_jupyterlab(lab, page):
         assert inputs()[0] == start[0] + 3
         batch_table = expect_roofline("batch moved")
         assert batch_table["intensity"] == f"{5.0 * (start[0] + 3):.1f}" and batch_table != start_table
-        wait_until(lesson, lambda: image_digest(out) not in (None, start_plot), 60,
-                   lambda: "batch moved: the plot did not change")
+        wait_until(lesson, lambda: image_digest(out) == library_batching_plot(*inputs()), 60,
+                   lambda: f"batch moved: the plot is not the library's plot for {inputs()}")
+        assert image_digest(out) != start_plot
         lesson.shot_widget("batch-moved", out)
         lesson.mark("batch-moved")
 
@@ -470,6 +482,8 @@ def test_batching_lesson_in_jupyterlab(lab, page):
         assert inputs()[1] == 0
         plain_table = expect_roofline("gamma moved")
         assert plain_table["speedup"] == "1.000" and plain_table["crossover"] == "none"
+        wait_until(lesson, lambda: image_digest(out) == library_batching_plot(*inputs()), 60,
+                   lambda: f"gamma moved: the plot is not the library's plot for {inputs()}")
         lesson.shot_widget("gamma-moved", out)
         lesson.mark("gamma-moved")
 
