@@ -257,32 +257,28 @@ def plain_throughput(hw: str | Hardware, dtype: str, batch, params, dtype_bytes,
                                                 kv_bytes_per_row=kv_bytes_per_row)
 
 
-def _round_time(hw, dtype, batch, gamma, c, params, dtype_bytes, kv) -> float:
-    plain = step_time(hw, dtype, batch, 1, params, dtype_bytes, kv_bytes_per_row=kv)
-    verify = step_time(hw, dtype, batch, gamma + 1, params, dtype_bytes, kv_bytes_per_row=kv)
-    return gamma * c * plain + verify
-
-
 def speculative_throughput(hw: str | Hardware, dtype: str, batch, params, dtype_bytes, alpha, gamma, c, *,
                            kv_bytes_per_row=0.0) -> float:
     """Tokens/s of speculative decoding: B E(alpha, gamma) / (gamma c t(B, 1) + t(B, gamma + 1))."""
-    a, g, cost = _alpha(alpha), _int(gamma, "gamma", 0), _nonneg(c, "c")
-    b = _int(batch, "batch", 1)
-    e = float(theory.expected_tokens(a, g))
-    return b * e / _round_time(hw, dtype, b, g, cost, params, dtype_bytes, kv_bytes_per_row)
+    return predict(hw, dtype, batch, gamma, alpha, c, params, dtype_bytes,
+                   kv_bytes_per_row=kv_bytes_per_row).spec_tokens_per_s
 
 
 def predict(hw: str | Hardware, dtype: str, batch, gamma, alpha, c, params, dtype_bytes, *,
             kv_bytes_per_row=0.0) -> Prediction:
-    """Every number of the lesson's explorer for one setting, as a :class:`Prediction`."""
+    """Every number of the lesson's explorer for one setting, as a :class:`Prediction`.
+
+    One round: gamma draft steps at c plain target steps each, then one verify step over
+    gamma + 1 positions per row; it yields E(alpha, gamma) tokens per row.
+    """
     a, g, cost, b = _alpha(alpha), _int(gamma, "gamma", 0), _nonneg(c, "c"), _int(batch, "batch", 1)
     kv = kv_bytes_per_row
     t_plain = step_time(hw, dtype, b, 1, params, dtype_bytes, kv_bytes_per_row=kv)
-    t_round = _round_time(hw, dtype, b, g, cost, params, dtype_bytes, kv)
+    t_verify = step_time(hw, dtype, b, g + 1, params, dtype_bytes, kv_bytes_per_row=kv)
+    t_round = g * cost * t_plain + t_verify
     e = float(theory.expected_tokens(a, g))
     intensity = step_intensity(b, g, params, dtype_bytes, kv_bytes_per_row=kv)
     r = ridge(hw, dtype)
-    verify = step_time(hw, dtype, b, g + 1, params, dtype_bytes, kv_bytes_per_row=kv)
     # Of the gamma + 1 positions a row verifies, E - 1 drafts are kept and one more is the
     # corrected or bonus token: the gamma - (E - 1) drafts past the first rejection are waste.
     wasted = (g - (e - 1.0)) / (g + 1.0)
@@ -290,7 +286,7 @@ def predict(hw: str | Hardware, dtype: str, batch, gamma, alpha, c, params, dtyp
         batch=b, gamma=g, alpha=a, c=cost, intensity=intensity, ridge=r, ridge_fraction=intensity / r,
         plain_tokens_per_s=b / t_plain, plain_ms_per_token=1e3 * t_plain,
         spec_tokens_per_s=b * e / t_round, spec_ms_per_token=1e3 * t_round / e,
-        speedup=(e / t_round) / (1.0 / t_plain), verify_cost=verify / t_plain, wasted_fraction=wasted)
+        speedup=e * t_plain / t_round, verify_cost=t_verify / t_plain, wasted_fraction=wasted)
 
 
 def predicted_crossover(hw: str | Hardware, dtype: str, params, dtype_bytes, alpha, gamma, c,
