@@ -394,3 +394,99 @@ def test_watchdog_turns_a_hang_into_a_failure():
     assert "raised: TargetClosedError" in done.stdout and "fired: True" in done.stdout, done.stdout + done.stderr
     assert "left: []" in done.stdout, done.stdout
     assert took < 30, f"the hang took {took:.0f}s to end"
+
+
+# --------------------------------------------------------------------------- lesson 6: batching versus speculation
+
+def batching_table_from_roofline(batch: int, gamma: int, alpha: float, c: float, hardware: str,
+                                 dtype: str) -> dict[str, str]:
+    """What the batching table must show for these inputs (7B model), computed here by specbook.roofline."""
+    from specbook import roofline
+
+    hw, nbytes = roofline.PRESETS[hardware], roofline.DTYPE_BYTES[dtype]
+    p = roofline.predict(hw, dtype, batch, gamma, alpha, c, 7e9, nbytes)
+    cross = roofline.predicted_crossover(hw, dtype, 7e9, nbytes, alpha, gamma, c, range(1, 257))
+    return {
+        "intensity": f"{p.intensity:.1f}", "ridge": f"{p.ridge:.1f}", "ridge_fraction": f"{p.ridge_fraction:.1%}",
+        "plain_tokens_per_s": f"{p.plain_tokens_per_s:.1f}", "plain_ms_per_token": f"{p.plain_ms_per_token:.3f}",
+        "spec_tokens_per_s": f"{p.spec_tokens_per_s:.1f}", "spec_ms_per_token": f"{p.spec_ms_per_token:.3f}",
+        "speedup": f"{p.speedup:.3f}", "verify_cost": f"{p.verify_cost:.3f}",
+        "wasted_fraction": f"{p.wasted_fraction:.1%}", "crossover": "none" if cross is None else str(cross),
+    }
+
+
+@functools.lru_cache(maxsize=None)
+def library_batching_plot(batch: int, gamma: int, alpha: float, c: float, hardware: str, dtype: str) -> str:
+    """SHA-256 of the PNG that specbook's BatchingExplorer draws for these inputs, rendered here."""
+    from specbook.teach.batching import BatchingExplorer
+
+    ex = BatchingExplorer(batch=batch, gamma=gamma, alpha=alpha, c=c, hardware=hardware, dtype=dtype)
+    return hashlib.sha256(ex.plot.value).hexdigest()
+
+
+def test_batching_lesson_in_jupyterlab(lab, page):
+    """Lesson 6 runs in JupyterLab; keyboard moves of B and γ update the table to specbook.roofline's numbers."""
+    lesson = open_lesson(page, lab, "06_batching_vs_speculation.ipynb", "batching")
+    with keep_evidence(lesson):
+        run_all_cells(lesson)
+        nb = save_and_read(lesson)
+        assert not cell_output_errors(nb), fail_report(cell_output_errors(nb))
+
+        out = explorer_output(lesson, "specbook-batching-table")
+        table = out.locator("table.specbook-batching-table")
+        sliders = {name: slider(lesson, out, label) for name, label in
+                   (("batch", "batch size"), ("gamma", "draft length"), ("alpha", "acceptance"), ("c", "draft cost"))}
+        selects = out.locator(".widget-dropdown select")
+        assert selects.count() == 2, "expected the hardware and dtype selectors"
+
+        def inputs() -> tuple:
+            b, g, a, c = (slider_value(sliders[k]) for k in ("batch", "gamma", "alpha", "c"))
+            return int(b), int(g), a, c, selects.nth(0).input_value(), selects.nth(1).input_value()
+
+        def shown() -> dict[str, str]:
+            return table.evaluate(CELLS_JS)
+
+        def expect_roofline(step: str) -> dict[str, str]:
+            want = {}
+
+            def ok() -> bool:
+                nonlocal want
+                want = batching_table_from_roofline(*inputs())
+                return shown() == want
+
+            wait_until(lesson, ok, 60, lambda: f"{step}: table {shown()} != roofline {want} for {inputs()}")
+            return want
+
+        start = inputs()
+        assert start[4] == "H100 SXM" and start[5] == "bfloat16", start
+        start_table = expect_roofline("as rendered")
+        assert start_table["intensity"] == "5.0" and start_table["ridge_fraction"] == "1.7%"  # the course's row
+        wait_until(lesson, lambda: image_digest(out) == library_batching_plot(*start), 60,
+                   lambda: f"as rendered: the plot is not the library's plot for {start}")
+        start_plot = image_digest(out)
+        scroll_cell_to_top(lesson, out)
+        lesson.shot("explorer")
+        lesson.shot_widget("widget", out)
+
+        press_keys(lesson, sliders["batch"], "ArrowRight", 3)  # one step is one row
+        assert inputs()[0] == start[0] + 3
+        batch_table = expect_roofline("batch moved")
+        assert batch_table["intensity"] == f"{5.0 * (start[0] + 3):.1f}" and batch_table != start_table
+        wait_until(lesson, lambda: image_digest(out) == library_batching_plot(*inputs()), 60,
+                   lambda: f"batch moved: the plot is not the library's plot for {inputs()}")
+        assert image_digest(out) != start_plot
+        lesson.shot_widget("batch-moved", out)
+        lesson.mark("batch-moved")
+
+        press_keys(lesson, sliders["gamma"], "ArrowLeft", start[1])  # down to γ = 0: plain decoding
+        assert inputs()[1] == 0
+        plain_table = expect_roofline("gamma moved")
+        assert plain_table["speedup"] == "1.000" and plain_table["crossover"] == "none"
+        wait_until(lesson, lambda: image_digest(out) == library_batching_plot(*inputs()), 60,
+                   lambda: f"gamma moved: the plot is not the library's plot for {inputs()}")
+        lesson.shot_widget("gamma-moved", out)
+        lesson.mark("gamma-moved")
+
+        errors = collect_errors(lesson, nb)
+        lesson.shot("log-console")
+        assert not errors, fail_report(errors)

@@ -29,8 +29,10 @@ LESSONS = {
     "02_rule_and_proof": "all lesson-2 checks passed",
     "02b_statistics_primer": "all primer checks passed",
     "03_yield_and_speedup": "all lesson-3 checks passed",
+    "06_batching_vs_speculation": "all lesson-6 checks passed",
 }
 WIDGETS = {"02_rule_and_proof": "ProofExplorer", "03_yield_and_speedup": "YieldExplorer"}
+WIDGETS["06_batching_vs_speculation"] = "BatchingExplorer"
 BUDGET_S = 60.0  # per notebook, fast mode, 2-core CPU, kernel start included
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -97,6 +99,9 @@ BREAKS = {
     # lesson 3: E[tokens] without the bonus token
     "03_yield_and_speedup": ("_e = theory.expected_tokens\n"
                              "theory.expected_tokens = lambda a, g: _e(a, g) - a ** g"),
+    # lesson 6: the verify step's intensity forgets the +1 (the corrected or bonus position)
+    "06_batching_vs_speculation": ("roofline.step_intensity = lambda batch, gamma, params, dtype_bytes, **kw: "
+                                   "2.0 * batch * max(gamma, 1) / dtype_bytes"),
 }
 
 

@@ -1,0 +1,308 @@
+"""The roofline of one decode step: why batching and speculation draw on one pool of arithmetic.
+
+A decode step of a dense transformer multiplies every weight by every position it processes:
+about ``2 * params`` FLOPs per position (one multiply-add per parameter; Kaplan et al. 2020,
+"Scaling Laws for Neural Language Models", sec. 2.1), and it reads every weight once per
+step, however many positions share the read.  The roofline model (Williams, Waterman &
+Patterson 2009, "Roofline: An Insightful Visual Performance Model for Multicore
+Architectures") then says a step takes
+
+    step time = max(FLOPs / peak flop/s,  bytes / bandwidth)
+
+and the *ridge* ``peak flop/s / bandwidth`` (FLOP per byte) is the arithmetic intensity at
+which the two terms are equal.  Below the ridge the arithmetic units idle while weights
+stream in: extra positions ride along for free, which is what speculative decoding spends
+(Leviathan, Kalman & Matias 2023, "Fast Inference from Transformers via Speculative
+Decoding", sec. 3.4).  A batch of B rows spends the same idle arithmetic, so B rows each
+verifying gamma + 1 positions cross the ridge B times sooner.
+
+Symbols (one decode step of B rows, each processing ``positions_per_row`` = gamma + 1
+positions when verifying a chain of gamma drafts, 1 when decoding plainly):
+
+* ``params``       parameters read per step (weights);
+* ``dtype_bytes``  bytes per weight (2 for bfloat16, 4 for float32);
+* ``kv_bytes_per_row``  KV-cache bytes each row reads per step (optional, default 0):
+  2 (keys and values) x layers x kv_heads x head_dim x context x dtype bytes.  Attention
+  FLOPs over the context are left out; both matter at long context, not in the lesson's
+  table.
+
+    FLOPs  = 2 * params * B * positions_per_row
+    bytes  = params * dtype_bytes + B * kv_bytes_per_row
+    intensity = FLOPs / bytes  =  2 * B * positions_per_row / dtype_bytes   (kv_bytes_per_row = 0)
+
+In bfloat16 the intensity is simply the number of positions in the step, B (gamma + 1): the
+course's table (H100 SXM, bfloat16 ridge about 295) reads 1 (0.3% of the ridge), 5 (1.7%),
+64 (22%) and 320 (over the ridge) for batch 1 and 64, gamma 0 and 4.
+
+Throughput and latency with speculation use the cost model of Leviathan et al. (Thm 3.8)
+with the verify cost taken from the roofline at the actual batch: one round is gamma draft
+steps at ``c`` times a plain target step (at the same batch) plus one verify step over
+gamma + 1 positions per row, and it yields E(alpha, gamma) = (1 - alpha^(gamma+1)) /
+(1 - alpha) tokens per row (:func:`specbook.theory.expected_tokens`).
+
+Hardware presets hold vendor datasheet peaks (dense, no structured sparsity) and memory
+bandwidth; ``docs/batching.md`` cites each.  ``Hardware.measured(...)`` makes "this machine"
+one more instance from numbers measured elsewhere (the stopwatch lives in the benchmark
+layer, not here).
+
+Everything is pure arithmetic on Python floats; bad input raises ``ValueError`` naming the
+argument and the value.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from . import theory
+
+__all__ = [
+    "DTYPE_BYTES", "Hardware", "PRESETS", "Prediction", "preset",
+    "step_intensity", "ridge", "ridge_fraction", "step_time",
+    "plain_throughput", "speculative_throughput", "predict", "predicted_crossover",
+]
+
+#: bytes per element of the dtypes the presets quote
+DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+# --------------------------------------------------------------------------- validation
+
+def _positive(value, name: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}") from None
+    if not (math.isfinite(x) and x > 0):
+        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    return x
+
+
+def _nonneg(value, name: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}") from None
+    if not (math.isfinite(x) and x >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return x
+
+
+def _int(value, name: str, low: int) -> int:
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or value != int(value) or value < low):
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _alpha(value) -> float:
+    a = _nonneg(value, "alpha")
+    if a > 1:
+        raise ValueError(f"alpha must lie in [0, 1], got {value!r}")
+    return a
+
+
+# --------------------------------------------------------------------------- hardware
+
+@dataclass(frozen=True)
+class Hardware:
+    """One machine for the roofline: peak dense flop/s per dtype, memory bandwidth, where they come from.
+
+    name:      what to call it ("H100 SXM", "this machine, measured")
+    flops:     {dtype name: peak dense flop/s}, e.g. {"bfloat16": 989.4e12, "float32": 66.9e12}
+    bandwidth: memory bytes/s (HBM, GDDR or DRAM)
+    source:    the datasheet the numbers come from, or how they were measured
+    """
+
+    name: str
+    flops: dict[str, float] = field(hash=False)
+    bandwidth: float
+    source: str
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"name must be a non-empty string, got {self.name!r}")
+        if not isinstance(self.flops, dict) or not self.flops:
+            raise ValueError(f"flops must be a non-empty dict {{dtype: flop/s}}, got {self.flops!r}")
+        for dtype, peak in self.flops.items():
+            if not isinstance(dtype, str):
+                raise ValueError(f"flops keys must be dtype names (str), got {dtype!r}")
+            _positive(peak, f"flops[{dtype!r}]")
+        _positive(self.bandwidth, "bandwidth")
+        if not isinstance(self.source, str) or not self.source:
+            raise ValueError(f"source must say where the numbers come from, got {self.source!r}")
+
+    @classmethod
+    def measured(cls, flops: dict[str, float], bandwidth: float, name: str = "this machine, measured",
+                 source: str = "measured on this machine (matmul flop/s, memory read bytes/s)") -> "Hardware":
+        """"This machine" as a preset, from flop/s and bytes/s measured elsewhere (bench/, a notebook)."""
+        return cls(name=name, flops=dict(flops), bandwidth=bandwidth, source=source)
+
+    def peak(self, dtype: str) -> float:
+        """Peak dense flop/s in ``dtype``; ValueError naming the dtypes it has otherwise."""
+        if dtype not in self.flops:
+            raise ValueError(f"dtype must be one of {sorted(self.flops)} for {self.name}, got {dtype!r}")
+        return float(self.flops[dtype])
+
+
+_NVIDIA = "NVIDIA {} datasheet"
+#: Vendor peaks: dense tensor-core bfloat16/float16 (no 2:4 sparsity), plain float32 (no TF32),
+#: and memory bandwidth.  Sources are cited in docs/batching.md.
+PRESETS: dict[str, Hardware] = {
+    "H100 SXM": Hardware("H100 SXM", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 66.9e12},
+                         3.35e12, _NVIDIA.format("H100 Tensor Core GPU")),
+    "H200 SXM": Hardware("H200 SXM", {"bfloat16": 989.4e12, "float16": 989.4e12, "float32": 66.9e12},
+                         4.8e12, _NVIDIA.format("H200 Tensor Core GPU")),
+    "A100 SXM": Hardware("A100 SXM 80GB", {"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12},
+                         2.039e12, _NVIDIA.format("A100 Tensor Core GPU")),
+    "L4": Hardware("L4", {"bfloat16": 121e12, "float16": 121e12, "float32": 30.3e12},
+                   300e9, _NVIDIA.format("L4 Tensor Core GPU")),
+    "RTX 4090": Hardware("GeForce RTX 4090", {"bfloat16": 165.2e12, "float16": 165.2e12, "float32": 82.6e12},
+                         1008e9, "NVIDIA Ada Lovelace GPU Architecture whitepaper (RTX 4090, FP32 accumulate)"),
+}
+
+
+def preset(hw: str | Hardware) -> Hardware:
+    """A :class:`Hardware` given itself or a key of :data:`PRESETS`."""
+    if isinstance(hw, Hardware):
+        return hw
+    if isinstance(hw, str) and hw in PRESETS:
+        return PRESETS[hw]
+    raise ValueError(f"hw must be a Hardware or one of {sorted(PRESETS)}, got {hw!r}")
+
+
+# --------------------------------------------------------------------------- one step
+
+def _step_flops_bytes(batch, positions_per_row, params, dtype_bytes, kv_bytes_per_row) -> tuple[float, float]:
+    b = _int(batch, "batch", 1)
+    n = _int(positions_per_row, "positions_per_row", 1)
+    p = _positive(params, "params")
+    db = _positive(dtype_bytes, "dtype_bytes")
+    kv = _nonneg(kv_bytes_per_row, "kv_bytes_per_row")
+    return 2.0 * p * b * n, p * db + b * kv
+
+
+def step_intensity(batch, gamma, params, dtype_bytes, *, kv_bytes_per_row=0.0) -> float:
+    """FLOP per byte of one decode step: B rows, gamma drafts each (gamma + 1 positions per row).
+
+    2 * params * B * (gamma + 1) / (params * dtype_bytes + B * kv_bytes_per_row); with no KV
+    traffic that is 2 B (gamma + 1) / dtype_bytes, i.e. B (gamma + 1) in bfloat16.
+    """
+    g = _int(gamma, "gamma", 0)
+    flops, nbytes = _step_flops_bytes(batch, g + 1, params, dtype_bytes, kv_bytes_per_row)
+    return flops / nbytes
+
+
+def ridge(hw: str | Hardware, dtype: str) -> float:
+    """The ridge point of ``hw`` in ``dtype``: peak flop/s over bandwidth, in FLOP per byte."""
+    h = preset(hw)
+    return h.peak(dtype) / h.bandwidth
+
+
+def ridge_fraction(hw: str | Hardware, dtype: str, batch, gamma, params, dtype_bytes, *,
+                   kv_bytes_per_row=0.0) -> float:
+    """Share of the ridge one step uses: step_intensity / ridge (above 1 = compute-bound)."""
+    return step_intensity(batch, gamma, params, dtype_bytes, kv_bytes_per_row=kv_bytes_per_row) / ridge(hw, dtype)
+
+
+def step_time(hw: str | Hardware, dtype: str, batch, positions_per_row, params, dtype_bytes, *,
+              kv_bytes_per_row=0.0) -> float:
+    """Predicted seconds of one target step: max(FLOPs / peak, bytes / bandwidth)."""
+    h = preset(hw)
+    flops, nbytes = _step_flops_bytes(batch, positions_per_row, params, dtype_bytes, kv_bytes_per_row)
+    return max(flops / h.peak(dtype), nbytes / h.bandwidth)
+
+
+# --------------------------------------------------------------------------- with and without speculation
+
+@dataclass(frozen=True)
+class Prediction:
+    """The roofline's forecast for one setting (B rows, gamma drafts, acceptance alpha, draft cost c).
+
+    intensity, ridge, ridge_fraction:     of the verify step (gamma + 1 positions per row)
+    plain_tokens_per_s, plain_ms_per_token:  plain decoding, all rows together / per row
+    spec_tokens_per_s, spec_ms_per_token:    speculative decoding, the same two
+    speedup:        spec_tokens_per_s / plain_tokens_per_s
+    verify_cost:    v_B(gamma + 1) = verify step time / plain step time at this batch
+    wasted_fraction: expected computed draft positions that are rejected, over computed positions
+    """
+
+    batch: int
+    gamma: int
+    alpha: float
+    c: float
+    intensity: float
+    ridge: float
+    ridge_fraction: float
+    plain_tokens_per_s: float
+    plain_ms_per_token: float
+    spec_tokens_per_s: float
+    spec_ms_per_token: float
+    speedup: float
+    verify_cost: float
+    wasted_fraction: float
+
+    @property
+    def compute_bound(self) -> bool:
+        return self.ridge_fraction >= 1.0
+
+
+def plain_throughput(hw: str | Hardware, dtype: str, batch, params, dtype_bytes, *, kv_bytes_per_row=0.0) -> float:
+    """Tokens/s of plain decoding at batch B: every step gives each of the B rows one token."""
+    return _int(batch, "batch", 1) / step_time(hw, dtype, batch, 1, params, dtype_bytes,
+                                                kv_bytes_per_row=kv_bytes_per_row)
+
+
+def speculative_throughput(hw: str | Hardware, dtype: str, batch, params, dtype_bytes, alpha, gamma, c, *,
+                           kv_bytes_per_row=0.0) -> float:
+    """Tokens/s of speculative decoding: B E(alpha, gamma) / (gamma c t(B, 1) + t(B, gamma + 1))."""
+    return predict(hw, dtype, batch, gamma, alpha, c, params, dtype_bytes,
+                   kv_bytes_per_row=kv_bytes_per_row).spec_tokens_per_s
+
+
+def predict(hw: str | Hardware, dtype: str, batch, gamma, alpha, c, params, dtype_bytes, *,
+            kv_bytes_per_row=0.0) -> Prediction:
+    """Every number of the lesson's explorer for one setting, as a :class:`Prediction`.
+
+    One round: gamma draft steps at c plain target steps each, then one verify step over
+    gamma + 1 positions per row; it yields E(alpha, gamma) tokens per row.
+    """
+    a, g, cost, b = _alpha(alpha), _int(gamma, "gamma", 0), _nonneg(c, "c"), _int(batch, "batch", 1)
+    kv = kv_bytes_per_row
+    t_plain = step_time(hw, dtype, b, 1, params, dtype_bytes, kv_bytes_per_row=kv)
+    t_verify = step_time(hw, dtype, b, g + 1, params, dtype_bytes, kv_bytes_per_row=kv)
+    t_round = g * cost * t_plain + t_verify
+    e = float(theory.expected_tokens(a, g))
+    intensity = step_intensity(b, g, params, dtype_bytes, kv_bytes_per_row=kv)
+    r = ridge(hw, dtype)
+    # Of the gamma + 1 positions a row verifies, E - 1 drafts are kept and one more is the
+    # corrected or bonus token: the gamma - (E - 1) drafts past the first rejection are waste.
+    wasted = (g - (e - 1.0)) / (g + 1.0)
+    return Prediction(
+        batch=b, gamma=g, alpha=a, c=cost, intensity=intensity, ridge=r, ridge_fraction=intensity / r,
+        plain_tokens_per_s=b / t_plain, plain_ms_per_token=1e3 * t_plain,
+        spec_tokens_per_s=b * e / t_round, spec_ms_per_token=1e3 * t_round / e,
+        speedup=e * t_plain / t_round, verify_cost=t_verify / t_plain, wasted_fraction=wasted)
+
+
+def predicted_crossover(hw: str | Hardware, dtype: str, params, dtype_bytes, alpha, gamma, c,
+                        batch_sizes: Iterable[int], *, kv_bytes_per_row=0.0) -> int | None:
+    """Smallest batch size in ``batch_sizes`` at which speculation's predicted throughput falls
+    below plain decoding's; None if it never does among them.
+
+    Speculation loses at batch B exactly when E(alpha, gamma) / (gamma c + v_B(gamma + 1)) < 1,
+    with v_B the roofline's verify cost at that batch.  gamma = 0 is plain decoding itself and
+    never falls below it (None).
+    """
+    sizes = sorted({_int(b, "batch_sizes", 1) for b in batch_sizes})
+    if not sizes:
+        raise ValueError("batch_sizes must hold at least one batch size")
+    for b in sizes:
+        p = predict(hw, dtype, b, gamma, alpha, c, params, dtype_bytes, kv_bytes_per_row=kv_bytes_per_row)
+        if p.spec_tokens_per_s < p.plain_tokens_per_s:
+            return b
+    return None

@@ -1,0 +1,135 @@
+"""specbook.roofline: the course's batching table exactly, the step-time model, the crossover."""
+import math
+
+import pytest
+
+from specbook import roofline as rl
+from specbook import theory
+
+SMOLLM2 = 134_515_008  # SmolLM2-135M parameters (tied embeddings counted once)
+H100 = "H100 SXM"
+
+
+def share(fraction: float) -> str:
+    """How the course text writes a share of the ridge."""
+    if fraction >= 1.0:
+        return "OVER the ridge"
+    return f"{fraction:.1%}" if fraction < 0.1 else f"{fraction:.0%}"
+
+
+def test_course_table_exactly():
+    """Course text, 'batching versus speculation': intensity 1, 5, 64, 320 against ridge 295."""
+    assert round(rl.ridge(H100, "bfloat16")) == 295
+    rows = [(1, 0, 1.0, "0.3%"), (1, 4, 5.0, "1.7%"), (64, 0, 64.0, "22%"), (64, 4, 320.0, "OVER the ridge")]
+    for params in (SMOLLM2, 7e9, 70e9):  # the weights cancel: intensity does not depend on model size
+        for batch, gamma, intensity, text in rows:
+            assert rl.step_intensity(batch, gamma, params, 2) == intensity
+            assert share(rl.ridge_fraction(H100, "bfloat16", batch, gamma, params, 2)) == text
+
+
+def test_intensity_formula_and_kv_traffic():
+    assert rl.step_intensity(8, 3, 1e9, 4) == 2 * 8 * 4 / 4  # float32 halves the intensity
+    with_kv = rl.step_intensity(8, 3, 1e9, 2, kv_bytes_per_row=1e8)
+    assert with_kv == pytest.approx(2e9 * 32 / (2e9 + 8e8))
+    assert with_kv < rl.step_intensity(8, 3, 1e9, 2)
+
+
+def test_presets_and_measured_machine():
+    for key in ("H100 SXM", "A100 SXM", "L4", "RTX 4090"):
+        hw = rl.PRESETS[key]
+        assert {"bfloat16", "float32"} <= set(hw.flops) and hw.bandwidth > 0
+        assert "datasheet" in hw.source or "whitepaper" in hw.source, hw.source
+    assert rl.ridge("A100 SXM", "bfloat16") == pytest.approx(312e12 / 2.039e12)
+    assert rl.ridge("L4", "bfloat16") == pytest.approx(403.33, abs=0.01)
+    # the older theory table and this module agree on the H100's ridge to 0.1%
+    assert rl.ridge(H100, "bfloat16") == pytest.approx(theory.HARDWARE["H100"].ridge, rel=1e-3)
+    cpu = rl.Hardware.measured({"float32": 0.35e12, "bfloat16": 2.0e12}, 23.6e9)
+    assert rl.ridge(cpu, "float32") == pytest.approx(14.83, abs=0.01)
+    assert rl.preset(cpu) is cpu and "measured" in cpu.name
+
+
+def test_step_time_is_the_larger_of_compute_and_memory():
+    hw = rl.PRESETS[H100]
+    params = 7e9
+    memory = params * 2 / hw.bandwidth
+    assert rl.step_time(H100, "bfloat16", 1, 5, params, 2) == memory  # under the ridge: weights only
+    big = rl.step_time(H100, "bfloat16", 64, 5, params, 2)
+    assert big == pytest.approx(2 * params * 320 / hw.flops["bfloat16"]) and big > memory
+    # Below the ridge extra positions are free; above it they cost in proportion.
+    assert rl.step_time(H100, "bfloat16", 8, 5, params, 2) == rl.step_time(H100, "bfloat16", 8, 1, params, 2)
+    t1, t2 = (rl.step_time(H100, "bfloat16", b, 5, params, 2) for b in (256, 512))
+    assert t2 == pytest.approx(2 * t1)
+
+
+def test_prediction_numbers():
+    p = rl.predict(H100, "bfloat16", 1, 4, 0.8, 0.05, 7e9, 2)
+    e = theory.expected_tokens(0.8, 4)
+    # memory-bound: v = 1, so the speedup is Leviathan et al.'s E / (gamma c + 1)
+    assert p.verify_cost == 1.0 and p.speedup == pytest.approx(e / (4 * 0.05 + 1))
+    assert p.spec_tokens_per_s == pytest.approx(p.speedup * p.plain_tokens_per_s)
+    assert p.spec_ms_per_token == pytest.approx(p.plain_ms_per_token / p.speedup)
+    assert p.wasted_fraction == pytest.approx((4 - (e - 1)) / 5) and not p.compute_bound
+    assert rl.plain_throughput(H100, "bfloat16", 1, 7e9, 2) == pytest.approx(p.plain_tokens_per_s)
+    assert rl.speculative_throughput(H100, "bfloat16", 1, 7e9, 2, 0.8, 4, 0.05) == pytest.approx(p.spec_tokens_per_s)
+    big = rl.predict(H100, "bfloat16", 128, 4, 0.8, 0.05, 7e9, 2)
+    assert big.compute_bound and big.verify_cost == pytest.approx(640 / 295.343, rel=1e-4)
+    assert rl.predict(H100, "bfloat16", 4, 4, 1.0, 0.0, 7e9, 2).wasted_fraction == 0.0
+    assert rl.predict(H100, "bfloat16", 4, 4, 0.0, 0.0, 7e9, 2).wasted_fraction == pytest.approx(4 / 5)
+
+
+def brute_crossover(hw, dtype, alpha, gamma, c, sizes):
+    for b in sorted(sizes):
+        e = theory.expected_tokens(alpha, gamma)
+        t1 = rl.step_time(hw, dtype, b, 1, 7e9, 2)
+        tv = rl.step_time(hw, dtype, b, gamma + 1, 7e9, 2)
+        if e / (gamma * c + tv / t1) < 1:
+            return b
+    return None
+
+
+@pytest.mark.parametrize("hw", sorted(rl.PRESETS))
+@pytest.mark.parametrize("alpha, gamma, c", [(0.8, 4, 0.05), (0.6, 4, 0.05), (0.9, 8, 0.02), (0.5, 2, 0.3)])
+def test_predicted_crossover_matches_the_definition(hw, alpha, gamma, c):
+    sizes = [2 ** k for k in range(11)]
+    got = rl.predicted_crossover(hw, "bfloat16", 7e9, 2, alpha, gamma, c, sizes)
+    assert got == brute_crossover(hw, "bfloat16", alpha, gamma, c, sizes)
+    if got is not None:  # the first batch where speculation loses, and it keeps losing after
+        for b in sizes:
+            p = rl.predict(hw, "bfloat16", b, gamma, alpha, c, 7e9, 2)
+            assert (p.speedup < 1) == (b >= got)
+
+
+def test_crossover_moves_with_acceptance_and_ridge():
+    sizes = range(1, 1025)
+    hi = rl.predicted_crossover(H100, "bfloat16", 7e9, 2, 0.9, 4, 0.05, sizes)
+    lo = rl.predicted_crossover(H100, "bfloat16", 7e9, 2, 0.5, 4, 0.05, sizes)
+    assert lo < hi  # better acceptance keeps speculation worth it to a bigger batch
+    a100 = rl.predicted_crossover("A100 SXM", "bfloat16", 7e9, 2, 0.9, 4, 0.05, sizes)
+    assert a100 < hi  # a lower ridge (153 against 295) is crossed sooner
+    assert rl.predicted_crossover(H100, "bfloat16", 7e9, 2, 0.8, 0, 0.05, sizes) is None  # gamma 0 is plain
+    assert rl.predicted_crossover(H100, "bfloat16", 7e9, 2, 0.9, 4, 0.05, [1, 2, 4]) is None
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda: rl.step_intensity(0, 4, 1e9, 2), "batch"),
+    (lambda: rl.step_intensity(1.5, 4, 1e9, 2), "batch"),
+    (lambda: rl.step_intensity(True, 4, 1e9, 2), "batch"),
+    (lambda: rl.step_intensity(1, -1, 1e9, 2), "gamma"),
+    (lambda: rl.step_intensity(1, 4, 0, 2), "params"),
+    (lambda: rl.step_intensity(1, 4, 1e9, math.nan), "dtype_bytes"),
+    (lambda: rl.step_intensity(1, 4, 1e9, 2, kv_bytes_per_row=-1), "kv_bytes_per_row"),
+    (lambda: rl.ridge("TPU", "bfloat16"), "hw"),
+    (lambda: rl.ridge(H100, "int4"), "dtype"),
+    (lambda: rl.step_time(H100, "bfloat16", 1, 0, 1e9, 2), "positions_per_row"),
+    (lambda: rl.predict(H100, "bfloat16", 1, 4, 1.2, 0.05, 1e9, 2), "alpha"),
+    (lambda: rl.predict(H100, "bfloat16", 1, 4, 0.8, -0.1, 1e9, 2), "c"),
+    (lambda: rl.predicted_crossover(H100, "bfloat16", 1e9, 2, 0.8, 4, 0.05, []), "batch_sizes"),
+    (lambda: rl.predicted_crossover(H100, "bfloat16", 1e9, 2, 0.8, 4, 0.05, [0, 1]), "batch_sizes"),
+    (lambda: rl.Hardware("x", {"bfloat16": -1.0}, 1e9, "made up"), "flops"),
+    (lambda: rl.Hardware("x", {"bfloat16": 1e12}, 0, "made up"), "bandwidth"),
+    (lambda: rl.Hardware("x", {"bfloat16": 1e12}, 1e9, ""), "source"),
+    (lambda: rl.Hardware("x", {}, 1e9, "made up"), "flops"),
+])
+def test_bad_input_names_the_argument(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
