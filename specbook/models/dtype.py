@@ -23,7 +23,7 @@ faster, so bfloat16 wins on that CPU too.  On an Intel Xeon with AMX the issue r
 
 bfloat16 keeps 8 bits of mantissa: logits near 20 are rounded to steps of 0.125, so two
 implementations (or a chain pass and a one-token pass) can disagree on the argmax where the
-two best logits are that close.  See ``specbook.bench.crosscheck.tie_gap``.
+two best logits are that close.  See ``specbook.bench.crosscheck.tie_gap_for``.
 """
 from __future__ import annotations
 
