@@ -383,3 +383,13 @@ def test_gpu_check_dry_run_on_cpu(tmp_path, smollm2_fetched, capsys):
     assert {"bench: specbook", "bench: transformers", "verify cost: specbook"} <= set(checks)
     assert code == (0 if all(r["ok"] for r in data["checks"]) else 1)
     assert "checks passed" in capsys.readouterr().out
+
+
+def test_near_tie_threshold_scales_with_the_dtype():
+    from specbook.bench.crosscheck import TIE_GAP, tie_gap_for
+
+    assert tie_gap_for(torch.float32) == TIE_GAP == 1e-4
+    assert tie_gap_for(torch.float32) < tie_gap_for(torch.float16) < tie_gap_for(torch.bfloat16)
+    assert tie_gap_for(torch.bfloat16) >= 0.25  # at least one bfloat16 step of a logit in [32, 64)
+    with pytest.raises(ValueError, match="dtype"):
+        tie_gap_for(torch.int8)

@@ -21,7 +21,7 @@ float32 and 36 / 36 / 45 / 72 ms in bfloat16: one row about the same, several ro
 faster, so bfloat16 wins on that CPU too.  On an Intel Xeon with AMX the issue records
 3.1 / 7.2 / 11.5 / 21.2 ms against 2.3 / 2.5 / 2.8 / 4.8 ms.
 
-bfloat16 keeps 8 bits of mantissa: logits near 20 are rounded to steps of 0.125, so two
+bfloat16 keeps 8 bits of mantissa: logits near 40 are rounded to steps of 0.25, so two
 implementations (or a chain pass and a one-token pass) can disagree on the argmax where the
 two best logits are that close.  See ``specbook.bench.crosscheck.tie_gap_for``.
 """
