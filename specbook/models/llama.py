@@ -49,11 +49,12 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dtype == torch.float32:  # the same arithmetic as below, as one fused kernel
+        if x.dtype == torch.float32:  # x * rsqrt(mean(x^2) + eps) * w as one fused kernel
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        # Lower precision: normalise in float32, round, then scale, as Hugging Face's LlamaRMSNorm
+        # does (three kernels per norm instead of six: 61 norms per decode step).
+        normed = F.rms_norm(x.float(), self.weight.shape, None, self.eps)
+        return self.weight * normed.to(x.dtype)
 
 
 def fold_query_groups_mask(mask: torch.Tensor | None, is_causal: bool, groups: int, n: int):
