@@ -56,10 +56,18 @@ def test_linear_transposed_path_matches_nn_linear(rows):
     x = torch.randn(1, rows, 48)
     with torch.no_grad():
         torch.testing.assert_close(lin(x), ref(x), rtol=1e-5, atol=1e-5)
-        assert (lin._wt is not None) == (4 <= rows <= 64)  # the copy exists only when used
+        lo, hi = Linear.FAST_ROWS
+        assert (lin._wt is not None) == (lo <= rows <= hi)  # the copy exists only when used
         lin.weight.mul_(2.0)  # an in-place change must rebuild the copy
         torch.testing.assert_close(lin(x), 2.0 * (ref(x) - ref.bias) + ref.bias, rtol=1e-5, atol=1e-5)
     assert "_wt" not in "".join(lin.state_dict())  # the copy is never saved
+
+
+def test_linear_transposed_copy_is_float32_only():
+    lin = Linear(48, 80).to(torch.bfloat16)  # bfloat16: nn.Linear's kernel is the faster one (linear.py)
+    with torch.no_grad():
+        lin(torch.randn(1, 5, 48, dtype=torch.bfloat16))
+    assert lin._wt is None
 
 
 def test_linear_keeps_gradients():
