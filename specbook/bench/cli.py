@@ -119,7 +119,7 @@ def explain_differences(model, records: list[dict], outputs: dict, prompt_ids: d
             continue
         d = explain_divergence(model, prompt_ids[r["id"]], plain, outputs[(r["engine"], r["drafter"], r["id"])])
         if d is not None:
-            r["divergence"] = {"position": d.position, "gap": d.gap, "near_tie": d.is_tie,
+            r["divergence"] = {"position": d.position, "gap": d.gap, "spread": d.spread, "near_tie": d.is_tie,
                                "description": d.describe()}
 
 

@@ -58,22 +58,31 @@ class Divergence:
     top2: tuple[int, int]
     tie_gap: float
     dtype: str = "float32"
+    spread: float = 0.0  # top-1 logit minus the lower of the two differing tokens' logits
 
     @property
     def is_tie(self) -> bool:
-        return self.gap < self.tie_gap and sorted(self.top2) == sorted((self.reference_token, self.other_token))
+        """Both differing tokens sit within ``tie_gap`` of the best logit.  In float32 that means
+        they are the top two; in bfloat16, with logits in steps of 0.25, three tokens can tie."""
+        return self.spread < self.tie_gap
 
     def describe(self) -> str:
         kind = f"a {self.dtype} near-tie" if self.is_tie else "NOT a tie: a real difference"
         return (f"first difference at new token {self.position} ({self.reference_token} vs {self.other_token}); "
-                f"top-2 logit gap {self.gap:.2e} (tie threshold {self.tie_gap:g}), top-2 tokens {list(self.top2)}: {kind}")
+                f"top-2 logit gap {self.gap:.2e}, both tokens within {self.spread:.2e} of the best "
+                f"(tie threshold {self.tie_gap:g}), top-2 tokens {list(self.top2)}: {kind}")
 
 
 @torch.no_grad()
+def next_logits(model: LlamaModel, ids: list[int]) -> torch.Tensor:
+    """The float32 next-token logits (V,) after ``ids``, from one uncached forward."""
+    device = model.embed.weight.device
+    return model(torch.tensor([ids], device=device), logits_to_keep=1)[0, -1].float()
+
+
 def top2_gap(model: LlamaModel, ids: list[int]) -> tuple[float, tuple[int, int]]:
     """(top-1 minus top-2 logit, (top-1, top-2 token)) after ``ids``, from one uncached forward."""
-    device = model.embed.weight.device
-    values, tokens = model(torch.tensor([ids], device=device), logits_to_keep=1)[0, -1].float().topk(2)
+    values, tokens = next_logits(model, ids).topk(2)
     return float(values[0] - values[1]), tuple(tokens.tolist())
 
 
@@ -87,8 +96,11 @@ def explain_divergence(model: LlamaModel, prompt: list[int], reference: list[int
         return None
     dtype = model.embed.weight.dtype
     threshold = tie_gap_for(dtype) if tie_gap is None else tie_gap
-    gap, top = top2_gap(model, list(prompt) + list(reference[:j]))
-    return Divergence(j, int(reference[j]), int(other[j]), gap, top, threshold, str(dtype).removeprefix("torch."))
+    logits = next_logits(model, list(prompt) + list(reference[:j]))  # (V,)
+    values, tokens = logits.topk(2)
+    spread = float(values[0] - torch.minimum(logits[reference[j]], logits[other[j]]))
+    return Divergence(j, int(reference[j]), int(other[j]), float(values[0] - values[1]), tuple(tokens.tolist()),
+                      threshold, str(dtype).removeprefix("torch."), spread)
 
 
 def greedy_four_ways(model: LlamaModel, hf_model, tokenizer, prompt: list[int], new_tokens: int,
