@@ -284,7 +284,10 @@ def size_drafters(args, sb: SpecbookEngine, model, tokenizer, drafters, pilot_id
     v = curve["v"]
     for d in drafters:
         spec = get_drafter(d)
-        make = lambda **kw: spec.make(model, tokenizer, device=args.device, dtype=dtype, target=sb.target, **kw)  # noqa: E731
+
+        def make(spec=spec, **kw):
+            return spec.make(model, tokenizer, device=args.device, dtype=dtype, target=sb.target, **kw)
+
         if spec.sizing == "chain":
             sizes[d] = size_chain(sb.target, make(gamma=MAX_GAMMA), pilot_ids, v, max_gamma=MAX_GAMMA, eos_token_id=eos)
         elif spec.sizing == "tree":

@@ -101,7 +101,8 @@ class TransformersEngine:
         t0 = time.perf_counter()
         with torch.no_grad():
             out = self.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
-                                      min_new_tokens=None, eos_token_id=eos_token_id, pad_token_id=self.tokenizer.eos_token_id,
+                                      min_new_tokens=None, eos_token_id=eos_token_id,
+                                      pad_token_id=self.tokenizer.eos_token_id,
                                       **sampling, **generate_kwargs)
         new = out[0, len(prompt_ids):].tolist()
         seconds = time.perf_counter() - t0

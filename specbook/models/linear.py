@@ -67,7 +67,8 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
         if (self.FAST_ROWS is not None and x.device.type == "cpu" and self.FAST_ROWS[0] <= rows <= self.FAST_ROWS[1]
-                and x.dtype in self.FAST_DTYPES and not (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad))):
+                and x.dtype in self.FAST_DTYPES
+                and not (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad))):
             y = x @ self._transposed()
             return y if self.bias is None else y + self.bias
         return super().forward(x)

@@ -156,7 +156,8 @@ class TokenStreamer:
             self._show_html()
         else:
             for piece, kind in new:
-                self.out.write(f"{ANSI[kind]}{piece}{ANSI_RESET if ANSI[kind] else ''}" if self.mode == "ansi" else piece)
+                colour = ANSI[kind] if self.mode == "ansi" else ""
+                self.out.write(f"{colour}{piece}{ANSI_RESET}" if colour else piece)
             self.out.flush()
 
     def html(self) -> str:
