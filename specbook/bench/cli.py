@@ -8,13 +8,22 @@ run, because every speedup is relative to the same engine's plain decoding.
     python -m specbook bench                                   # 2 prompts per category, 64 tokens
     python -m specbook bench --limit 0 --json bench.json       # all 66 prompts
     python -m specbook bench --prompts mine.jsonl --drafters none,ngram --engines specbook
-    python -m specbook bench --until-eos --max-new-tokens 256  # each reply up to its end-of-turn token
+    python -m specbook bench --ignore-eos --max-new-tokens 96  # fixed-length runs, past the end of the reply
+    python -m specbook bench --dtype float32 --gamma 4         # a fixed dtype and draft length
+
+Each reply stops right after its end-of-turn token (at most ``--max-new-tokens``), in every
+engine; ``--ignore-eos`` makes every run exactly ``--max-new-tokens`` long instead.
+``--dtype auto`` (default) is bfloat16 where the device multiplies it natively, else float32
+(:func:`specbook.models.auto_dtype`).  ``--gamma auto`` (default) sizes chains and trees from
+the verify-cost curve measured first and a short pilot of each drafter (:mod:`specbook.bench.sizing`).
 
 JSON layout (``--json``)::
 
-    {"machine": {...}, "target": "...", "settings": {...},
-     "runs": [{"engine", "drafter", "category", "prompts", "new_tokens", "seconds",
-               "tokens_per_s", "tokens_per_s_total", "tau", "alpha", "speedup_vs_autoregressive",
+    {"machine": {...}, "target": "...", "settings": {..., "dtype", "stop_at_eos"},
+     "roofline": {"bandwidth_bytes_per_s", "weights_bytes", ...}, "draft_sizes": {drafter: {...}},
+     "runs": [{"engine", "drafter", "category", "dtype", "gamma", "tree_budget", "prompts", "new_tokens",
+               "seconds", "tokens_per_s", "tokens_per_s_total", "tau", "alpha", "speedup_vs_autoregressive",
+               "roofline_fraction", "weight_streaming_limit_tokens_per_s",
                "outputs_identical_to_autoregressive", "differences_are_near_ties",
                "output_ids_sha256": [...]}, ...],
      "overall": [...same fields over all categories...],
@@ -23,7 +32,10 @@ JSON layout (``--json``)::
 Definitions: ``tokens_per_s`` = median over prompts of new tokens / seconds;
 ``tokens_per_s_total`` = new_tokens / seconds; ``tau`` = emitted tokens / target passes;
 ``alpha`` = accepted / proposed drafts; ``speedup_vs_autoregressive`` = median over prompts
-of (plain seconds / this drafter's seconds), same engine; ``output_ids_sha256`` = SHA-256
+of (plain seconds / this drafter's seconds), same engine; ``roofline_fraction`` = median over
+prompts of tokens/s over the weight-streaming limit (measured read bandwidth / bytes one decode
+step streams: every weight once plus the KV cache at the run's mean context; above 1 only by
+speculation); ``output_ids_sha256`` = SHA-256
 of the generated ids written as comma-separated decimals (``"12,7,512"``), per prompt.
 Greedy runs whose output differs from plain decoding get a ``divergence`` entry in
 ``per_prompt`` (first differing token, the target's top-2 logit gap there, near tie or not);
@@ -44,10 +56,13 @@ import torch
 from tqdm.auto import tqdm
 
 from ..models.chat import chat_ids
+from ..models.dtype import DTYPE_NAMES, dtype_name, resolve_dtype
 from ..sampling import SamplingParams
 from .engines import RunResult, SpecbookEngine, TransformersEngine
+from .arguments import check_device, check_json_path, parse_gamma
 from .registry import DRAFTERS, get_drafter
-from .timing import verify_cost_curve
+from .sizing import size_chain, size_tree
+from .timing import add_roofline, memory_read_bandwidth, verify_cost_curve
 from .workloads import load_prompts, select
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
@@ -55,6 +70,8 @@ ENGINES = ("specbook", "transformers")
 TREE_ROOM = 72  # cache slots past the text kept free for a verified tree (largest shipped tree: 64 nodes)
 CURVE_CONTEXT = 128  # cached tokens before the timed forward of the verify-cost curve
 CURVE_POSITIONS = 17  # n = 1..17 new positions
+DEFAULT_GAMMA = 4  # chains when the verify-cost curve is skipped (--curve-reps 0)
+MAX_GAMMA = 16  # the longest chain --gamma auto may choose (17 positions: the curve's end)
 
 
 def ids_sha256(ids: list[int]) -> str:
@@ -91,9 +108,9 @@ def _median(xs):
 def explain_differences(model, records: list[dict], outputs: dict, prompt_ids: dict) -> None:
     """Greedy runs: give every record whose output differs from its engine's plain output a
     ``divergence`` entry (first differing token, the target's top-2 logit gap there, and whether
-    that is a float32 near-tie).  A tree or chain pass sums in a different order than a one-token
-    pass, so where the top two logits are within about 1e-5 the argmax can flip; anything else
-    would be a bug.  Differences are explained, never hidden."""
+    that is a near tie for the model's dtype: ``crosscheck.tie_gap_for``).  A tree or chain pass
+    sums in a different order than a one-token pass, so where the top two logits nearly tie the
+    argmax can flip; anything else would be a bug.  Differences are explained, never hidden."""
     from .crosscheck import explain_divergence
 
     for r in records:
@@ -102,7 +119,7 @@ def explain_differences(model, records: list[dict], outputs: dict, prompt_ids: d
             continue
         d = explain_divergence(model, prompt_ids[r["id"]], plain, outputs[(r["engine"], r["drafter"], r["id"])])
         if d is not None:
-            r["divergence"] = {"position": d.position, "gap": d.gap, "near_tie": d.is_tie,
+            r["divergence"] = {"position": d.position, "gap": d.gap, "spread": d.spread, "near_tie": d.is_tie,
                                "description": d.describe()}
 
 
@@ -120,6 +137,7 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
         differing = [r for a, r in zip(ar, group) if a is not None and a["sha256"] != r["sha256"]]
         ties = (all(r.get("divergence", {}).get("near_tie") for r in differing) if greedy and differing else None)
         return {"engine": first["engine"], "drafter": first["drafter"], "category": category,
+                "dtype": first["dtype"], "gamma": first["gamma"], "tree_budget": first["tree_budget"],
                 "prompts": len(group), "new_tokens": new, "seconds": round(secs, 4),
                 "tokens_per_s": round(_median(r["new_tokens"] / r["seconds"] for r in group), 3),
                 "tokens_per_s_total": round(new / secs, 3),
@@ -127,6 +145,8 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
                 "alpha": round(sum(r["accepted"] for r in group) / proposed, 4) if proposed else None,
                 "speedup_vs_autoregressive": _round(_median(a["seconds"] / r["seconds"] if a else None
                                                             for a, r in zip(ar, group))),
+                "roofline_fraction": _round(_median(r["roofline_fraction"] for r in group)),
+                "weight_streaming_limit_tokens_per_s": _round(_median(r["limit_tokens_per_s"] for r in group), 2),
                 "outputs_identical_to_autoregressive": identical,
                 "differences_are_near_ties": ties,
                 "output_ids_sha256": [r["sha256"] for r in group]}
@@ -159,16 +179,18 @@ def engine_ratio(records: list[dict], greedy: bool = True) -> dict | None:
 
 def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curves: dict) -> str:
     w = max([10] + [len(r["drafter"]) + 2 for r in runs + overall])
-    head = f"{'engine':<13}{'drafter':<{w}}{'category':<17}{'n':>3}{'tok/s':>8}{'tau':>7}{'alpha':>7}{'speedup':>9}  same"
+    head = (f"{'engine':<13}{'drafter':<{w}}{'category':<17}{'n':>3}{'tok/s':>8}{'roof':>6}{'tau':>7}{'alpha':>7}"
+            f"{'speedup':>9}  same")
     lines = [head, "-" * len(head)]
     for r in sorted(runs + overall, key=lambda r: (r["engine"], r["drafter"], r["category"] == "all", r["category"])):
         alpha = "-" if r["alpha"] is None else f"{r['alpha']:.2f}"
         same = {True: "yes", False: "NO", None: "-"}[r["outputs_identical_to_autoregressive"]]
         if same == "NO" and r.get("differences_are_near_ties"):
-            same = "tie"  # every difference starts at a float32 near-tie of the target's top-2 logits
+            same = "tie"  # every difference starts at a near-tie (for the dtype) of the target's top-2 logits
         sp = "-" if r["speedup_vs_autoregressive"] is None else f"{r['speedup_vs_autoregressive']:.2f}x"
+        roof = "-" if r["roofline_fraction"] is None else f"{r['roofline_fraction']:.2f}"
         lines.append(f"{r['engine']:<13}{r['drafter']:<{w}}{r['category']:<17}{r['prompts']:>3}"
-                     f"{r['tokens_per_s']:>8.1f}{r['tau']:>7.2f}{alpha:>7}{sp:>9}  {same}")
+                     f"{r['tokens_per_s']:>8.1f}{roof:>6}{r['tau']:>7.2f}{alpha:>7}{sp:>9}  {same}")
     if ratio:
         lines.append(f"\nplain decoding, specbook / transformers tokens/s (median of {ratio['prompts']} prompts): "
                      f"{ratio['specbook_over_transformers_tokens_per_s_median']:.2f} "
@@ -191,19 +213,22 @@ def parse_args(argv):
     p.add_argument("--limit", type=int, default=2, help="prompts per category, 0 = all (default 2)")
     p.add_argument("--drafters", default="none,ngram", help=f"comma-separated, from: {', '.join(DRAFTERS)}")
     p.add_argument("--engines", default="specbook,transformers", help="comma-separated: specbook,transformers")
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--max-new-tokens", type=int, default=64, help="at most this many new tokens per reply (default 64)")
+    p.add_argument("--ignore-eos", action="store_true",
+                   help="do not stop at the end-of-turn token: every run makes exactly --max-new-tokens tokens "
+                        "(default: each reply stops right after its end token)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--gamma", type=int, default=4, help="draft tokens per verification (default 4)")
-    p.add_argument("--until-eos", action="store_true",
-                   help="greedy only: decode each prompt's reply up to and including its end-of-turn token "
-                        "(at most --max-new-tokens), found by a plain run first; without it every run makes "
-                        "--max-new-tokens tokens and continues past the reply")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
+    p.add_argument("--gamma", default="auto",
+                   help="draft tokens per verification, or 'auto' (default): chains and trees sized from the "
+                        "measured verify-cost curve and a pilot of each drafter")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:i] (default cpu)")
+    p.add_argument("--dtype", default="auto", choices=list(DTYPE_NAMES),
+                   help="auto (default): bfloat16 where the device multiplies it natively, else float32")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads, >= 1 (default: torch's own)")
     p.add_argument("--seed", type=int, default=0, help="seed of specbook's sampling generators")
-    p.add_argument("--curve-reps", type=int, default=5, help="repetitions per n of the verify-cost curve, 0 = skip")
+    p.add_argument("--curve-reps", type=int, default=5,
+                   help="repetitions per n of the verify-cost curve, 0 = skip (then --gamma auto falls back to 4)")
     p.add_argument("--json", dest="json_path", help="write the results here")
     p.add_argument("--no-progress", action="store_true")
     return p.parse_args(argv)
@@ -220,16 +245,21 @@ def _names(text: str, allowed, what: str) -> list[str]:
 
 
 def _settings(args) -> tuple[SamplingParams, list[str], list[str]]:
-    """Check the command line's numbers and names; (sampling params, engines, drafters with "none" first).
-    Also sets the thread count and warns when a busy machine will make multi-threaded timings noisy."""
+    """Check the command line's numbers, names, device and output path before anything loads;
+    (sampling params, engines, drafters with "none" first).  Also sets the thread count and warns
+    when a busy machine will make multi-threaded timings noisy."""
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.gamma < 1:
-        raise ValueError(f"--gamma must be >= 1, got {args.gamma}")
+    args.fixed_gamma = parse_gamma(args.gamma)
+    if args.curve_reps < 0:
+        raise ValueError(f"--curve-reps must be >= 0 (0 = skip the curve), got {args.curve_reps}")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads must be >= 1 (omit it for torch's default), got {args.threads}")
+    if args.limit < 0:
+        raise ValueError(f"--limit must be >= 0 (0 = all prompts), got {args.limit}")
+    check_device(args.device)
+    check_json_path(args.json_path)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
-    if args.until_eos and not params.greedy:
-        raise ValueError(f"--until-eos needs greedy decoding (the reply's length is found once, by a plain "
-                         f"greedy run), got --temperature {args.temperature}")
     engines = _names(args.engines, ENGINES, "engines")
     for name in args.drafters.split(","):
         if name.strip():
@@ -245,25 +275,66 @@ def _settings(args) -> tuple[SamplingParams, list[str], list[str]]:
     return params, engines, drafters
 
 
+def size_drafters(args, sb: SpecbookEngine, model, tokenizer, drafters, pilot_ids, curve, dtype, eos) -> dict:
+    """{drafter: Sizing} for every drafter the registry marks as sized, when --gamma is auto and a
+    verify-cost curve was measured (:mod:`specbook.bench.sizing`)."""
+    sizes = {}
+    if args.fixed_gamma is not None or curve is None:
+        return sizes
+    v = curve["v"]
+    for d in drafters:
+        spec = get_drafter(d)
+
+        def make(spec=spec, **kw):
+            return spec.make(model, tokenizer, device=args.device, dtype=dtype, target=sb.target, **kw)
+
+        if spec.sizing == "chain":
+            sizes[d] = size_chain(sb.target, make(gamma=MAX_GAMMA), pilot_ids, v, max_gamma=MAX_GAMMA, eos_token_id=eos)
+        elif spec.sizing == "tree":
+            sizes[d] = size_tree(sb.target, lambda n: make(gamma=MAX_GAMMA, tree=n), spec.budgets, pilot_ids, v,
+                                 eos_token_id=eos)
+    return sizes
+
+
 def run_bench(args) -> dict:
     from ..models.smollm2 import load_smollm2, model_dir
 
     params, engines, drafters = _settings(args)
     prompts = select(load_prompts(args.prompts), args.categories.split(",") if args.categories else None, args.limit)
-    dtype = getattr(torch, args.dtype)
+    dtype = resolve_dtype(args.dtype, args.device)
     model, tokenizer = load_smollm2(args.device, dtype)
+    eos = None if args.ignore_eos else tokenizer.eos_token_id
     prompt_ids = [chat_ids(tokenizer, p.prompt) for p in prompts]
     longest = max(map(len, prompt_ids))
+    room = max(args.fixed_gamma or MAX_GAMMA, TREE_ROOM)
     max_length = min(model.config.max_position_embeddings,
-                     max(longest + args.max_new_tokens + max(args.gamma, TREE_ROOM) + 2, min(longest, CURVE_CONTEXT) + CURVE_POSITIONS + 1))
+                     max(longest + args.max_new_tokens + room + 2, min(longest, CURVE_CONTEXT) + CURVE_POSITIONS + 1))
+    machine = machine_info(args.device)
+    sb = SpecbookEngine(model, max_length)  # also times the curve and runs the pilots
+
+    # The machine first: its verify cost v(n) and its read bandwidth, then drafts sized by them.
+    curves = {}
+    context = prompt_ids[0][:CURVE_CONTEXT]
+    if args.curve_reps:
+        curves["specbook"] = verify_cost_curve(sb.target, context, CURVE_POSITIONS, args.curve_reps)
+    bandwidth = [memory_read_bandwidth(device=args.device)]
+    first_of_category = list({p.category: ids for p, ids in zip(prompts, prompt_ids)}.values())
+    sizes = size_drafters(args, sb, model, tokenizer, drafters, first_of_category, curves.get("specbook"), dtype, eos)
+
+    def gamma_of(d):
+        return sizes[d].chosen if d in sizes and sizes[d].kind == "chain" else (args.fixed_gamma or DEFAULT_GAMMA)
+
+    def tree_of(d):
+        return sizes[d].chosen if d in sizes and sizes[d].kind == "tree" else None
 
     combos = []  # (engine object, drafter name, drafter object or generate kwargs)
     skipped = []
     if "specbook" in engines:
-        sb = SpecbookEngine(model, max_length)
         for d in drafters:
-            combos.append((sb, d, get_drafter(d).make(model, tokenizer, gamma=args.gamma, device=args.device, dtype=dtype,
-                                                      target=sb.target)))
+            extra = {} if tree_of(d) is None else {"tree": tree_of(d)}
+            combos.append((sb, d, get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device,
+                                                      dtype=dtype, target=sb.target, **extra)))
+    hf = None
     if "transformers" in engines:
         from transformers import LlamaForCausalLM
 
@@ -271,65 +342,48 @@ def run_bench(args) -> dict:
         tf = TransformersEngine(hf, tokenizer)
         for d in drafters:
             spec = get_drafter(d)
-            kwargs = spec.transformers_kwargs(hf, tokenizer, gamma=args.gamma) if spec.transformers_kwargs else None
+            kwargs = spec.transformers_kwargs(hf, tokenizer, gamma=gamma_of(d)) if spec.transformers_kwargs else None
             if kwargs is None:
                 skipped.append({"engine": "transformers", "drafter": d, "reason": "no transformers equivalent"})
             else:
                 combos.append((tf, d, kwargs))
 
-    machine = machine_info(args.device)
     for engine, d, obj in combos:  # warm-up: first calls allocate caches and pick kernels
-        engine.run(prompt_ids[0][:32], obj, params, 4, args.gamma, _gen(args, 0))
-    budgets = [args.max_new_tokens] * len(prompts)
-    if args.until_eos:
-        plain = sb if "specbook" in engines else SpecbookEngine(model, max_length)  # one KV cache, not two
-        budgets = reply_lengths(plain, prompt_ids, args.max_new_tokens, tokenizer.eos_token_id,
-                                progress=not args.no_progress)
+        engine.run(prompt_ids[0][:32], obj, params, 4, gamma_of(d), _gen(args, 0))
     records, outputs = [], {}
     bar = tqdm(total=len(prompts) * len(combos), desc="bench", disable=args.no_progress, file=sys.stderr)
     for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids)):
         shift = i % len(combos)
         for engine, d, obj in combos[shift:] + combos[:shift]:
-            res: RunResult = engine.run(ids, obj, params, budgets[i], args.gamma, _gen(args, i))
+            res: RunResult = engine.run(ids, obj, params, args.max_new_tokens, gamma_of(d), _gen(args, i), eos)
             records.append({"engine": engine.name, "drafter": d, "id": prompt.id, "category": prompt.category,
-                            "prompt_tokens": len(ids), "new_tokens": len(res.new_ids), "seconds": res.seconds,
-                            "passes": res.passes, "emitted": res.emitted, "proposed": res.proposed,
-                            "accepted": res.accepted, "sha256": ids_sha256(res.new_ids)})
+                            "dtype": dtype_name(dtype), "gamma": None if tree_of(d) or d == "none" else gamma_of(d),
+                            "tree_budget": tree_of(d), "prompt_tokens": len(ids), "new_tokens": len(res.new_ids),
+                            "seconds": res.seconds, "passes": res.passes, "emitted": res.emitted,
+                            "proposed": res.proposed, "accepted": res.accepted, "sha256": ids_sha256(res.new_ids)})
             outputs[(engine.name, d, prompt.id)] = res.new_ids
             bar.update(1)
     bar.close()
+    bandwidth.append(memory_read_bandwidth(device=args.device))
+    roofline = add_roofline(records, model, statistics.mean(bandwidth))
+    roofline["bandwidth_samples_bytes_per_s"] = [round(b) for b in bandwidth]
     if params.greedy:
         explain_differences(model, records, outputs, dict(zip((p.id for p in prompts), prompt_ids)))
 
-    curves = {}
-    if args.curve_reps:
-        context = prompt_ids[0][:CURVE_CONTEXT]
-        if "specbook" in engines:
-            curves["specbook"] = verify_cost_curve(sb.target, context, CURVE_POSITIONS, args.curve_reps)
-        if "transformers" in engines:
-            curves["transformers"] = verify_cost_curve(hf, context, CURVE_POSITIONS, args.curve_reps)
+    if args.curve_reps and hf is not None:
+        curves["transformers"] = verify_cost_curve(hf, context, CURVE_POSITIONS, args.curve_reps)
     if hasattr(os, "getloadavg"):
         machine["load_average_end"] = round(os.getloadavg()[0], 2)
     runs, overall = aggregate(records, params.greedy)
     return {"machine": machine, "target": TARGET_NAME,
             "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
-                         "gamma": args.gamma, "dtype": args.dtype, "limit": args.limit, "engines": engines,
-                         "drafters": drafters, "prompts_file": args.prompts or "built-in", "seed": args.seed,
-                         "stop_at_eos": False, "until_eos": args.until_eos, "command": "python -m specbook bench " + " ".join(args.argv)},
+                         "gamma": args.gamma, "dtype": dtype_name(dtype), "dtype_requested": args.dtype,
+                         "limit": args.limit, "engines": engines, "drafters": drafters,
+                         "prompts_file": args.prompts or "built-in", "seed": args.seed, "stop_at_eos": eos is not None,
+                         "eos_token_id": eos, "command": "python -m specbook bench " + " ".join(args.argv)},
+            "roofline": roofline, "draft_sizes": {d: z.as_json() for d, z in sizes.items()},
             "runs": runs, "overall": overall, "skipped": skipped, "engine_ratio": engine_ratio(records, params.greedy),
             "verify_cost": curves, "per_prompt": records}
-
-
-def reply_lengths(engine: SpecbookEngine, prompt_ids: list[list[int]], max_new_tokens: int, eos_id: int,
-                  progress: bool = True) -> list[int]:
-    """Per prompt, the length of the target's greedy reply up to and including the first ``eos_id``
-    (``max_new_tokens`` when it does not end sooner).  Greedy decoding is deterministic, so
-    every engine and drafter asked for exactly this many tokens makes the same reply."""
-    lengths = []
-    for ids in tqdm(prompt_ids, desc="reply lengths", disable=not progress, file=sys.stderr):
-        new = engine.run(ids, None, SamplingParams(temperature=0.0), max_new_tokens, 1, None).new_ids
-        lengths.append(new.index(eos_id) + 1 if eos_id in new else max_new_tokens)
-    return lengths
 
 
 def _gen(args, i: int) -> torch.Generator | None:

@@ -3,11 +3,13 @@
 Shape legend: B rows, N new tokens, V vocab, L layers, Hkv key/value heads, Dh head width.
 
 Greedy.  Plain decoding, speculative decoding and transformers' ``generate`` (plain
-and prompt-lookup assisted) must agree token for token.  Two float32 implementations
-can still part ways where the two best logits (nearly) tie, because a different
-summation order moves a logit by about 1e-6; :func:`explain_divergence` finds the first
-differing token, measures the top-2 logit gap there with a full uncached forward, and
-says whether the difference is such a tie.  A difference anywhere else is a bug.
+and prompt-lookup assisted) must agree token for token.  Two implementations can still
+part ways where the two best logits (nearly) tie, because a different summation order
+moves a logit by a few units of its last place: about 1e-6 in float32, but steps of 0.25
+in bfloat16 at SmolLM2's logit sizes (8 mantissa bits; top logits of 30-40).
+:func:`explain_divergence` finds the first differing token, measures the top-2 logit gap
+there with a full uncached forward, and says whether the difference is such a tie for
+the model's dtype (:func:`tie_gap_for`).  A difference anywhere else is a bug.
 
 Sampling.  The first two generated tokens must follow the target's exact joint law
 p(x1) p(x2 | x1) (Leviathan et al. 2023, Theorem 1, applied twice), computed from two
@@ -28,7 +30,21 @@ from ..models import LlamaModel, LlamaTarget
 from ..sampling import GREEDY, SamplingParams, logits_to_probs
 from ..stats import chisquare_gof
 
-TIE_GAP = 1e-4  # SmolLM2's logits are O(10-30); float32 reordering moves them by ~1e-6
+TIE_GAP = 1e-4  # float32: SmolLM2's logits are O(10-30); reordering moves them by ~1e-6
+# The near-tie threshold per dtype: a few last-place steps of a logit in [32, 64), where
+# SmolLM2's top logits reach (up to ~40), after 30 layers of rounding.  float32 keeps 24 bits
+# (a step of 4e-6 there; 1e-4 leaves room for the accumulated error), float16 11 bits (a step
+# of 0.03; 4 steps), bfloat16 8 bits (a step of 0.25; 4 steps).  Measured against transformers
+# at the same dtype on SmolLM2: up to 9e-5 (float32) and 0.47 (bfloat16) per logit.  The
+# cross-checks against transformers state these as their tolerances.
+TIE_GAPS = {torch.float32: TIE_GAP, torch.float16: 0.125, torch.bfloat16: 1.0}
+
+
+def tie_gap_for(dtype: torch.dtype) -> float:
+    """The largest top-2 logit gap that still counts as a near tie for a model run in ``dtype``."""
+    if dtype not in TIE_GAPS:
+        raise ValueError(f"dtype must be one of {', '.join(map(str, TIE_GAPS))}, got {dtype}")
+    return TIE_GAPS[dtype]
 
 
 # --------------------------------------------------------------------------- greedy
@@ -41,33 +57,50 @@ class Divergence:
     gap: float  # top-1 minus top-2 logit of the reference model at that position
     top2: tuple[int, int]
     tie_gap: float
+    dtype: str = "float32"
+    spread: float = 0.0  # top-1 logit minus the lower of the two differing tokens' logits
 
     @property
     def is_tie(self) -> bool:
-        return self.gap < self.tie_gap and sorted(self.top2) == sorted((self.reference_token, self.other_token))
+        """Both differing tokens sit within ``tie_gap`` of the best logit.  In float32 that means
+        they are the top two; in bfloat16, with logits in steps of 0.25, three tokens can tie."""
+        return self.spread < self.tie_gap
 
     def describe(self) -> str:
-        kind = "a float32 near-tie" if self.is_tie else "NOT a tie: a real difference"
+        kind = f"a {self.dtype} near-tie" if self.is_tie else "NOT a tie: a real difference"
         return (f"first difference at new token {self.position} ({self.reference_token} vs {self.other_token}); "
-                f"top-2 logit gap {self.gap:.2e} (tie threshold {self.tie_gap:g}), top-2 tokens {list(self.top2)}: {kind}")
+                f"top-2 logit gap {self.gap:.2e}, both tokens within {self.spread:.2e} of the best "
+                f"(tie threshold {self.tie_gap:g}), top-2 tokens {list(self.top2)}: {kind}")
 
 
 @torch.no_grad()
+def next_logits(model: LlamaModel, ids: list[int]) -> torch.Tensor:
+    """The float32 next-token logits (V,) after ``ids``, from one uncached forward."""
+    device = model.embed.weight.device
+    return model(torch.tensor([ids], device=device), logits_to_keep=1)[0, -1].float()
+
+
 def top2_gap(model: LlamaModel, ids: list[int]) -> tuple[float, tuple[int, int]]:
     """(top-1 minus top-2 logit, (top-1, top-2 token)) after ``ids``, from one uncached forward."""
-    device = model.embed.weight.device
-    values, tokens = model(torch.tensor([ids], device=device), logits_to_keep=1)[0, -1].float().topk(2)
+    values, tokens = next_logits(model, ids).topk(2)
     return float(values[0] - values[1]), tuple(tokens.tolist())
 
 
 def explain_divergence(model: LlamaModel, prompt: list[int], reference: list[int], other: list[int],
-                       tie_gap: float = TIE_GAP) -> Divergence | None:
-    """None if ``other`` equals ``reference`` on their common length, else the first divergence."""
+                       tie_gap: float | None = None) -> Divergence | None:
+    """None if ``other`` equals ``reference`` on their common length, else the first divergence.
+
+    ``tie_gap`` defaults to the threshold of the model's dtype (:func:`tie_gap_for`)."""
     j = next((i for i, (a, b) in enumerate(zip(reference, other)) if a != b), None)
     if j is None:
         return None
-    gap, top = top2_gap(model, list(prompt) + list(reference[:j]))
-    return Divergence(j, int(reference[j]), int(other[j]), gap, top, tie_gap)
+    dtype = model.embed.weight.dtype
+    threshold = tie_gap_for(dtype) if tie_gap is None else tie_gap
+    logits = next_logits(model, list(prompt) + list(reference[:j]))  # (V,)
+    values, tokens = logits.topk(2)
+    spread = float(values[0] - torch.minimum(logits[reference[j]], logits[other[j]]))
+    return Divergence(j, int(reference[j]), int(other[j]), float(values[0] - values[1]), tuple(tokens.tolist()),
+                      threshold, str(dtype).removeprefix("torch."), spread)
 
 
 def greedy_four_ways(model: LlamaModel, hf_model, tokenizer, prompt: list[int], new_tokens: int,

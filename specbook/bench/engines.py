@@ -4,9 +4,10 @@ Shape legend: T prompt length, N new tokens.
 
 ``specbook`` runs :func:`specbook.decode.generate` / :func:`~specbook.decode.speculative_generate`
 on the readable Llama (:class:`~specbook.models.LlamaTarget`); ``transformers`` runs
-transformers' own ``generate`` on ``LlamaForCausalLM`` with the same weights.  Both produce
-exactly ``max_new_tokens`` tokens and do not stop at the end-of-turn token (as serving
-benchmarks do with "ignore EOS"), so every run does the same amount of work.  Drafters are
+transformers' own ``generate`` on ``LlamaForCausalLM`` with the same weights.  Both stop right
+after the end-of-turn token when given ``eos_token_id`` (the benchmark's default: the reply,
+nothing the model invents after it), or produce exactly ``max_new_tokens`` tokens when it is
+None (as serving benchmarks do with "ignore EOS").  Drafters are
 looked up in :mod:`specbook.bench.registry`; the verify-cost curve is :mod:`specbook.bench.timing`'s.
 """
 from __future__ import annotations
@@ -45,14 +46,15 @@ class SpecbookEngine:
         self.device = self.target.device
 
     def run(self, prompt_ids: list[int], drafter, params: SamplingParams, max_new_tokens: int, gamma: int,
-            generator: torch.Generator | None = None) -> RunResult:
+            generator: torch.Generator | None = None, eos_token_id: int | None = None) -> RunResult:
         prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
         synchronize(self.device)
         t0 = time.perf_counter()
         if drafter is None:
-            out = generate(self.target, prompt, max_new_tokens, params, generator)
+            out = generate(self.target, prompt, max_new_tokens, params, generator, eos_token_id=eos_token_id)
         else:
-            out = speculative_generate(self.target, drafter, prompt, max_new_tokens, params, gamma, generator)
+            out = speculative_generate(self.target, drafter, prompt, max_new_tokens, params, gamma, generator,
+                                       eos_token_id=eos_token_id)
         new = out.new_tokens[0].tolist()  # .tolist() waits for the device
         seconds = time.perf_counter() - t0
         s = out.stats
@@ -87,7 +89,7 @@ class TransformersEngine:
                 self._widths.append(int(ids.shape[1]))
 
     def run(self, prompt_ids: list[int], generate_kwargs: dict, params: SamplingParams, max_new_tokens: int,
-            gamma: int, generator: torch.Generator | None = None) -> RunResult:
+            gamma: int, generator: torch.Generator | None = None, eos_token_id: int | None = None) -> RunResult:
         # transformers' sampling draws from torch's global generator; `generator` cannot be passed in
         prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
         if params.greedy:
@@ -99,14 +101,17 @@ class TransformersEngine:
         t0 = time.perf_counter()
         with torch.no_grad():
             out = self.model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=max_new_tokens,
-                                      min_new_tokens=None, eos_token_id=None, pad_token_id=self.tokenizer.eos_token_id,
+                                      min_new_tokens=None, eos_token_id=eos_token_id,
+                                      pad_token_id=self.tokenizer.eos_token_id,
                                       **sampling, **generate_kwargs)
         new = out[0, len(prompt_ids):].tolist()
         seconds = time.perf_counter() - t0
         widths, self._widths = self._widths, None
-        if len(new) != max_new_tokens:
-            raise RuntimeError(f"transformers generated {len(new)} tokens, expected {max_new_tokens} "
-                               "(did it stop at an end token?)")
+        if eos_token_id is not None and eos_token_id in new:
+            new = new[:new.index(eos_token_id) + 1]  # generate() pads nothing at batch 1, but be sure
+        elif len(new) != max_new_tokens:
+            raise RuntimeError(f"transformers generated {len(new)} tokens without an end token, expected "
+                               f"{max_new_tokens}")
         proposed = (widths[0] - len(prompt_ids)) + sum(w - 1 for w in widths[1:]) if generate_kwargs else 0
         passes = len(widths)
         return RunResult(new, seconds, passes, len(new), proposed, len(new) - passes)

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     prompts = all_prompts()
     data = distillation_set(model, tokenizer, prompts)  # the distillation data (cached): greedy replies
     train = [d for d, q in zip(data, prompts) if not q.heldout]

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     sizes = dict(new_tokens=6, n_prompts=1, rows=100, limit=1, max_new=4, reps=1, categories="code_edit") \
         if args.quick else dict(new_tokens=32, n_prompts=4, rows=4000, limit=2, max_new=64, reps=5, categories=None)
-    model, tokenizer = load_smollm2(args.device)
+    model, tokenizer = load_smollm2(args.device, torch.float32)  # the exactness checks: float32 on both sides
     hf = LlamaForCausalLM.from_pretrained(str(model_dir()), dtype=torch.float32, local_files_only=True).to(args.device).eval()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"gpu-check on {name}, torch {torch.__version__}", flush=True)

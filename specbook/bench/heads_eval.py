@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     target = LlamaTarget(model, max_length=2048)
     print(f"torch threads: {torch.get_num_threads()}")
     report = {}

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     prompts = select(load_prompts(), args.categories.split(",") if args.categories else None, args.limit)
     ids = [chat_ids(tokenizer, q.prompt) for q in prompts]
     target = LlamaTarget(model, max_length=max(map(len, ids)) + args.max_new_tokens + args.gamma + 16)

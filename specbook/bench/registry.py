@@ -34,6 +34,12 @@ from .timing import machine_verify_cost, relative_cost
 LARGE_EAGLE_TREE = DynamicTree(depth=8, top_k=8, num_nodes=64)
 CPU_EAGLE_TREE = DynamicTree(depth=2, top_k=2, num_nodes=3)
 CPU_MEDUSA_TREE = 4
+# The budgets the benchmark pilots for "eagle" and "medusa" (bench.sizing picks one from the
+# measured v(n) of this machine and dtype): deeper and wider as the budget grows.  Up to 16
+# nodes, so that every candidate's verify pass (N + 1 positions) lies on the measured curve.
+EAGLE_TREES = {3: CPU_EAGLE_TREE, 6: DynamicTree(depth=3, top_k=3, num_nodes=6),
+               10: DynamicTree(depth=4, top_k=4, num_nodes=10), 16: DynamicTree(depth=5, top_k=4, num_nodes=16)}
+MEDUSA_BUDGETS = (4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -51,18 +57,25 @@ class DrafterSpec:
     make: Callable
     transformers_kwargs: Callable | None = None
     description: str = ""
+    sizing: str | None = None  # "chain": gamma chosen by bench.sizing; "tree": the node budget (make(tree=N))
+    budgets: tuple[int, ...] = ()  # the node budgets a "tree" drafter is piloted at
 
 
 DRAFTERS: dict[str, DrafterSpec] = {}
 
 
 def register_drafter(name: str, make: Callable, *, transformers_kwargs: Callable | None = None,
-                     description: str = "", replace: bool = False) -> DrafterSpec:
+                     description: str = "", replace: bool = False, sizing: str | None = None,
+                     budgets: tuple[int, ...] = ()) -> DrafterSpec:
     if not isinstance(name, str) or not name or "," in name:
         raise ValueError(f"name must be a non-empty string without commas, got {name!r}")
     if name in DRAFTERS and not replace:
         raise ValueError(f"drafter {name!r} is already registered (pass replace=True to override)")
-    DRAFTERS[name] = spec = DrafterSpec(name, make, transformers_kwargs, description)
+    if sizing not in (None, "chain", "tree"):
+        raise ValueError(f"sizing must be None, 'chain' or 'tree', got {sizing!r}")
+    if sizing == "tree" and not budgets:
+        raise ValueError(f"drafter {name!r}: sizing='tree' needs the node budgets to pilot (budgets=...)")
+    DRAFTERS[name] = spec = DrafterSpec(name, make, transformers_kwargs, description, sizing, tuple(budgets))
     return spec
 
 
@@ -117,7 +130,8 @@ register_drafter("none", lambda model, tokenizer, **_: None, transformers_kwargs
 register_drafter("ngram", lambda model, tokenizer, **_: NGramDrafter(max_ngram=3),
                  transformers_kwargs=lambda hf, tok, *, gamma, **_: {"prompt_lookup_num_tokens": gamma,
                                                                      "max_matching_ngram_size": 3},
-                 description="prompt lookup: longest suffix match of up to 3 tokens (no model)")
+                 description="prompt lookup: longest suffix match of up to 3 tokens (no model); gamma sized by "
+                 "this machine's verify cost and a pilot's acceptance", sizing="chain")
 register_drafter("ngram-adaptive", make_ngram_adaptive, description="prompt lookup (n <= 6), draft length chosen "
                  "per step from recent acceptance per match length and the measured verify cost")
 register_drafter("layerskip", make_layer_skip, description=f"the target's first {DEFAULT_EXIT_LAYER} blocks + its "
@@ -127,14 +141,16 @@ register_drafter("layerskip", make_layer_skip, description=f"the target's first 
                                                                      "num_assistant_tokens_schedule": "constant"})
 register_drafter("draft", make_distilled, description="2-block distilled draft model, 8192-token head (shipped)")
 register_drafter("draft-adaptive", make_draft_adaptive, description="the distilled draft with the adaptive policy")
-register_drafter("medusa", lambda model, tokenizer=None, **_: make_medusa(model, tree=CPU_MEDUSA_TREE),
-                 description=f"4 Medusa heads on the last hidden state, their {CPU_MEDUSA_TREE}-node measured tree "
-                 "(the size that was fastest on a 2-core CPU)")
+register_drafter("medusa", lambda model, tokenizer=None, *, tree=CPU_MEDUSA_TREE, **_: make_medusa(model, tree=tree),
+                 description=f"4 Medusa heads on the last hidden state, one of their measured trees "
+                 f"({', '.join(map(str, MEDUSA_BUDGETS))} nodes) sized by this machine's verify cost "
+                 f"(default {CPU_MEDUSA_TREE})", sizing="tree", budgets=MEDUSA_BUDGETS)
 register_drafter("medusa-chain", lambda model, tokenizer=None, **_: make_medusa(model, tree=None),
                  description="the Medusa heads as a chain (one guess per head)")
-register_drafter("eagle", lambda model, tokenizer=None, **_: make_eagle(model, tree=CPU_EAGLE_TREE),
-                 description="EAGLE feature head, EAGLE-2 dynamic tree of 3 nodes, depth 2 (the size that was "
-                 "fastest on a 2-core CPU)")
+register_drafter("eagle", lambda model, tokenizer=None, *, tree=3, **_: make_eagle(model, tree=EAGLE_TREES[tree]),
+                 description=f"EAGLE feature head, EAGLE-2 dynamic tree of {', '.join(map(str, EAGLE_TREES))} "
+                 "nodes sized by this machine's verify cost (default 3 nodes, depth 2)",
+                 sizing="tree", budgets=tuple(EAGLE_TREES))
 register_drafter("eagle-chain", lambda model, tokenizer=None, **_: make_eagle(model, tree=None),
                  description="the EAGLE head as a chain of gamma drafts")
 register_drafter("medusa-large", lambda model, tokenizer=None, **_: make_medusa(model, tree=64),

@@ -172,3 +172,56 @@ def exit_layer_costs(model: LlamaModel, layers: list[int], context: int = 128, r
     med = interleaved_medians([*layers, n], lambda L: model(x[:, :1], cache, exit_layer=L).float().argmax(-1).item(),
                               reps=reps, warmup=1, after=lambda L: cache.rollback(base))
     return {L: med[L] / med[n] for L in layers}
+
+
+# --------------------------------------------------------------------------- the roofline of one token
+
+def memory_read_bandwidth(megabytes: int = 256, reps: int = 7, device: torch.device | str = "cpu") -> float:
+    """Bytes per second that torch reads from memory here: the median over ``reps`` of summing a
+    ``megabytes`` float32 buffer (far larger than any cache), with the current thread count.
+
+    This is the ceiling a decode step faces: one token must stream every weight once (Williams,
+    Waterman & Patterson, 2009, "Roofline", CACM 52(4): a kernel at arithmetic intensity I runs at
+    most at min(peak, I x bandwidth); a batch-1 matrix-vector product has I below 1 flop/byte)."""
+    if not isinstance(megabytes, int) or megabytes < 1:
+        raise ValueError(f"megabytes must be an int >= 1, got {megabytes!r}")
+    if not isinstance(reps, int) or reps < 1:
+        raise ValueError(f"reps must be an int >= 1, got {reps!r}")
+    buf = torch.ones(megabytes * 2**20 // 4, dtype=torch.float32, device=device)
+    buf.sum()  # touch every page once
+    med = interleaved_medians(["sum"], lambda _: buf.sum().item(), reps=reps, device=device)
+    return buf.numel() * 4 / med["sum"]
+
+
+def streamed_bytes(model: LlamaModel, context: float) -> dict:
+    """What one batch-1 decode step must read: every weight once (the embedding table only as the
+    tied LM head; a lookup reads one row) plus the keys and values of ``context`` cached tokens.
+
+    Returns {"weights": bytes, "kv_cache": bytes, "total": bytes}."""
+    c = model.config
+    weights = 0
+    for name, p in model.named_parameters():
+        if name.startswith("embed.") and not c.tie_embeddings:
+            continue  # an untied embedding is a lookup, not a stream
+        weights += p.numel() * p.element_size()
+    elem = model.embed.weight.element_size()
+    kv = 2 * c.n_layers * c.n_kv_heads * c.head_dim * elem * float(context)
+    return {"weights": weights, "kv_cache": kv, "total": weights + kv}
+
+
+def add_roofline(records: list[dict], model, bandwidth: float) -> dict:
+    """Give every record its weight-streaming limit (tokens/s) and the fraction of it reached.
+
+    A batch-1 decode step streams every weight once plus the cached keys and values; at
+    ``bandwidth`` bytes/s no plain decoder can beat bandwidth / those bytes.  The context is the
+    run's mean (prompt + half the new tokens)."""
+    for r in records:
+        limit = bandwidth / streamed_bytes(model, r["prompt_tokens"] + r["new_tokens"] / 2)["total"]
+        r["limit_tokens_per_s"] = limit
+        r["roofline_fraction"] = r["new_tokens"] / r["seconds"] / limit if r["seconds"] > 0 else None
+    b = streamed_bytes(model, 0)
+    return {"bandwidth_bytes_per_s": round(bandwidth), "weights_bytes": b["weights"],
+            "kv_bytes_per_cached_token": streamed_bytes(model, 1)["kv_cache"],
+            "weight_streaming_limit_tokens_per_s": round(bandwidth / b["weights"], 2),
+            "how": "bandwidth: median of summing a 256 MB float32 buffer, before and after the runs (mean); "
+                   "bytes per token: weights once + KV cache at the run's mean context"}

@@ -135,12 +135,15 @@ def load_draft(target: LlamaModel, directory: str | Path = WEIGHTS_DIR, name: st
     """The distilled draft for ``target``, in ``dtype`` (default: the target's) on the target's device.
 
     Raises ValueError if the target's embedding is not the one the draft was distilled against
-    (its fingerprint is stored in the json), unless ``check_target=False``.
+    (its fingerprint is stored in the json), unless ``check_target=False``.  The fingerprint is of
+    the float32 weights, so a target loaded in a lower precision (bfloat16 by ``dtype="auto"``)
+    cannot be compared with it and is not checked.
     """
     from safetensors.torch import load_file
 
     info = draft_info(directory, name)
-    if check_target and info.get("target_digest") not in (None, weights_digest(target)):
+    comparable = target.embed.weight.dtype == torch.float32
+    if check_target and comparable and info.get("target_digest") not in (None, weights_digest(target)):
         raise ValueError(f"this draft was distilled from a target with embedding digest {info['target_digest']}, "
                          f"not {weights_digest(target)}; pass check_target=False to use it anyway")
     config = DraftConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in info["draft"].items()})

@@ -2,6 +2,7 @@
 from .cache import AttentionPlan, KVCache
 from .chat import chat_ids
 from .config import LlamaConfig, RopeScaling
+from .dtype import auto_dtype, cpu_multiplies_bf16, dtype_name, resolve_dtype
 from .hf import check_same_tokenizer, load_llama, load_tokenizer
 from .linear import Linear
 from .llama import LlamaModel
@@ -9,7 +10,8 @@ from .target import HFTarget, LlamaTarget, tree_structure
 
 __all__ = [
     "AttentionPlan", "KVCache", "LlamaConfig", "LlamaModel", "Linear", "RopeScaling", "LlamaTarget", "HFTarget",
-    "tree_structure", "chat_ids", "load_llama", "load_smollm2", "load_tokenizer", "check_same_tokenizer",
+    "tree_structure", "chat_ids", "auto_dtype", "cpu_multiplies_bf16", "dtype_name", "resolve_dtype",
+    "load_llama", "load_smollm2", "load_tokenizer", "check_same_tokenizer",
 ]
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from .config import LlamaConfig
+from .dtype import resolve_dtype
 from .llama import LlamaModel
 
 LLAMA_ARCHITECTURES = ("LlamaForCausalLM",)
@@ -149,14 +150,19 @@ def load_tokenizer(model_dir: str | Path):
 
 
 def load_llama(path_or_repo_id: str | Path, device: torch.device | str = "cpu",
-               dtype: torch.dtype = torch.float32):
+               dtype: torch.dtype | str = "auto"):
     """Load any Llama-family checkpoint into ``LlamaModel``; returns (model, tokenizer or None).
+
+    ``dtype="auto"`` picks bfloat16 where the device multiplies it natively, else float32
+    (:func:`specbook.models.dtype.auto_dtype`); pass ``torch.float32`` for exact comparisons
+    or training.
 
     Raises FileNotFoundError (with what to do) if the model is not available offline,
     ValueError if it is not a Llama (use ``HFTarget`` for those).
     """
     model_dir = resolve_model_dir(path_or_repo_id)
     config = LlamaConfig.from_hf(read_hf_config(model_dir))
+    dtype = resolve_dtype(dtype, device)
     model = model_from_hf_state_dict(config, load_hf_weights(model_dir), device=device, dtype=dtype)
     return model, load_tokenizer(model_dir)
 

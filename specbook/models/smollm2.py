@@ -150,9 +150,12 @@ def fetch(cache: str | Path | None = None, *, force: bool = False, quiet: bool =
     return target
 
 
-def load_smollm2(device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, *,
+def load_smollm2(device: torch.device | str = "cpu", dtype: torch.dtype | str = "auto", *,
                  cache: str | Path | None = None, fetch_if_missing: bool = True):
-    """(LlamaModel, tokenizer) for SmolLM2-135M-Instruct from the cache, fetching it if missing."""
+    """(LlamaModel, tokenizer) for SmolLM2-135M-Instruct from the cache, fetching it if missing.
+
+    ``dtype="auto"``: bfloat16 where ``device`` multiplies it natively, else float32
+    (:func:`specbook.models.dtype.auto_dtype`); ``model.embed.weight.dtype`` says which."""
     from .hf import load_llama
 
     if not is_fetched(cache):

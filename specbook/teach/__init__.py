@@ -9,6 +9,7 @@ models, the drafters and the checker; nothing below imports it).
 * :mod:`~specbook.teach.plots`       the lessons' matplotlib figures (tree drawing included)
 * :mod:`~specbook.teach.widgets`     the ipywidgets explorers
 * :mod:`~specbook.teach.tour`        ``python -m specbook tour``
+* :mod:`~specbook.teach.streamer`    tokens shown as they are accepted, coloured by kind (``on_step``)
 
 Submodules are imported on first use (matplotlib and ipywidgets are not loaded by ``import
 specbook.teach``).
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 
-_SUBMODULES = {"trace", "html", "rules", "buggy", "acceptance", "plots", "widgets", "tour"}
+_SUBMODULES = {"trace", "html", "rules", "buggy", "acceptance", "plots", "widgets", "tour", "streamer"}
 
 
 def __getattr__(name: str):

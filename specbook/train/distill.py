@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     draft_config = DraftConfig(n_layers=len(init), init_layers=init, draft_vocab=args.draft_vocab)
     config = DistillConfig(epochs=args.epochs, lr=args.lr, batch_tokens=args.batch_tokens,
                            prompt_weight=args.prompt_weight, seed=args.seed)
-    target, tokenizer = load_smollm2()
+    target, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     target.requires_grad_(False)
     prompts = all_prompts(args.per_category)
     check_disjoint(prompts, benchmark_texts())  # evaluation prompts must never be training text

@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     t_all = time.perf_counter()
-    model, tok = load_smollm2()
+    model, tok = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     model.requires_grad_(False)
     held, fs = heads_training_data(model, tok, prompt_set=args.prompt_set, train_prompts=args.train_prompts,
                                    heldout_prompts=args.heldout_prompts, max_new_tokens=args.max_new_tokens)

@@ -153,7 +153,7 @@ def build_features(prompts: list[Prompt], *, max_new_tokens: int = 160, batch_si
     if model is None:
         from ..models.smollm2 import load_smollm2
 
-        model, tokenizer = load_smollm2()
+        model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
         model_tag = model_tag or smollm2_tag()
     if model_tag is None:
         raise ValueError("model_tag is required with a custom model (it keys the cache)")
@@ -227,7 +227,7 @@ def load_prompt_set(path: str | Path, heldout: bool, *, max_new_tokens: int = 16
     if model is None:
         from ..models.smollm2 import load_smollm2
 
-        model, tokenizer = load_smollm2()
+        model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     return _cached_features(items, default_root(max_new_tokens), model, tokenizer.eos_token_id, max_new_tokens,
                             batch_size, progress)
 
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_smollm2()
+    model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     model.requires_grad_(False)
     sets = heads_training_data(model, tokenizer, prompt_set=None, train_prompts=args.train_prompts,
                                heldout_prompts=args.heldout_prompts, max_new_tokens=args.max_new_tokens,

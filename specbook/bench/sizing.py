@@ -1,0 +1,113 @@
+"""Drafts sized by the machine: gamma for chains and the node budget for trees.
+
+Shape legend: n positions in one target forward (gamma + 1 for a chain, nodes + 1 for a tree).
+
+How long a draft pays depends on two measurements, made here and now:
+
+* the verify cost v(n) of this machine and dtype (:func:`specbook.bench.timing.verify_cost_curve`):
+  one target forward over n positions, in one-position forwards.  Flat where the CPU
+  multiplies the dtype natively (bfloat16 with AMX), steep where it does not;
+* how well the drafter guesses on this workload: a short pilot run.
+
+Chains follow Leviathan et al. (2023, eq. 1 and Thm 3.8): with per-token acceptance alpha, a
+chain of gamma drafts yields E = (1 - alpha^(gamma+1)) / (1 - alpha) tokens per pass, and
+the speedup is E / (gamma c + v(gamma + 1)); :func:`specbook.theory.optimal_gamma` picks the
+best gamma.  Trees have no such closed form (EAGLE-2 reshapes its tree every step), so each
+candidate budget is piloted and the one with the most tokens per pass per unit of verify cost,
+tau(N) / v(N + 1), wins.  Tokens per pass do not depend on how busy the machine is; only v does,
+and v is a ratio of interleaved medians.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .. import theory
+from ..decode import speculative_generate
+from ..sampling import GREEDY
+
+PILOT_NEW_TOKENS = 32
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """What the benchmark chose for one drafter, and why (written to the JSON as is)."""
+
+    kind: str  # "chain" (gamma) or "tree" (node budget)
+    chosen: int  # gamma, or the tree's node budget
+    predicted_speedup: float  # by the model above, from the pilot and the measured v
+    pilot: dict  # chain: {"alpha": ...}; tree: {budget: tau}
+    source: str  # how it was chosen
+
+    def as_json(self) -> dict:
+        return {"kind": self.kind, "chosen": self.chosen, "predicted_speedup": round(self.predicted_speedup, 4),
+                "pilot": {str(k): round(v, 4) for k, v in self.pilot.items()}, "source": self.source}
+
+
+def curve_lookup(v: Sequence[float]) -> Callable[[int], float]:
+    """v as a function of the number of drafts gamma: v(gamma + 1 positions); past the end, the last value
+    grown linearly by the last measured step (a verify pass never gets cheaper per position)."""
+    if not v or v[0] <= 0:
+        raise ValueError(f"v must be a non-empty verify-cost curve starting at v(1) > 0, got {list(v)!r}")
+
+    def cost(gamma: int) -> float:
+        n = int(gamma) + 1
+        if n <= len(v):
+            return float(v[n - 1])
+        step = max(v[-1] - v[-2], 0.0) if len(v) > 1 else 0.0
+        return float(v[-1] + step * (n - len(v)))
+
+    return cost
+
+
+def pilot(target, drafter, prompts: Sequence[list[int]], gamma: int, eos_token_id=None,
+          new_tokens: int = PILOT_NEW_TOKENS) -> tuple[float, float]:
+    """(acceptance rate accepted/verified, tokens per pass) of ``drafter`` over ``prompts``, greedy."""
+    accepted = verified = emitted = passes = 0
+    for ids in prompts:
+        if hasattr(drafter, "reset"):
+            drafter.reset()
+        stats = speculative_generate(target, drafter, [list(ids)], new_tokens, GREEDY, gamma,
+                                     eos_token_id=eos_token_id).stats
+        accepted, verified = accepted + stats.accepted, verified + stats.verified
+        emitted, passes = emitted + stats.emitted, passes + len(stats.accepted_per_step)
+    alpha = accepted / verified if verified else 0.0
+    return alpha, (emitted / passes if passes else 1.0)
+
+
+def choose_gamma(alpha: float, v: Sequence[float], c: float = 0.0, max_gamma: int = 16) -> tuple[int, float]:
+    """(gamma >= 1, predicted speedup) maximising E(alpha, gamma) / (gamma c + v(gamma + 1)).
+
+    At least one draft is kept even where speculation is predicted to lose, so that the
+    benchmark still measures the drafter (the prediction then says < 1)."""
+    alpha = min(max(float(alpha), 0.0), 0.999)
+    cost = curve_lookup(v)
+    gamma, best = theory.optimal_gamma(alpha, c, cost, max_gamma=max_gamma)
+    if gamma == 0:
+        gamma = 1
+        best = float(theory.speedup(alpha, 1, c, cost))
+    return gamma, best
+
+
+def size_chain(target, drafter, prompts, v: Sequence[float], *, c: float = 0.0, max_gamma: int = 16,
+               eos_token_id=None) -> Sizing:
+    """Pilot ``drafter`` at ``max_gamma`` drafts (acceptance of the drafts it tests), then :func:`choose_gamma`."""
+    alpha, _ = pilot(target, drafter, prompts, max_gamma, eos_token_id)
+    gamma, predicted = choose_gamma(alpha, v, c, max_gamma)
+    return Sizing("chain", gamma, predicted, {"alpha": alpha},
+                  f"argmax of E(alpha, gamma) / (gamma c + v(gamma + 1)), c = {c:.3f}, alpha from a pilot of "
+                  f"{len(prompts)} prompt(s) x {PILOT_NEW_TOKENS} tokens")
+
+
+def size_tree(target, make: Callable[[int], object], budgets: Sequence[int], prompts, v: Sequence[float], *,
+              eos_token_id=None) -> Sizing:
+    """Pilot a drafter built by ``make(budget)`` for each node budget; keep the largest tau(N) / v(N + 1)."""
+    if not budgets:
+        raise ValueError("budgets must list at least one node budget")
+    cost = curve_lookup(v)
+    taus = {int(b): pilot(target, make(int(b)), prompts, int(b), eos_token_id)[1] for b in budgets}
+    scores = {b: tau / cost(b) for b, tau in taus.items()}
+    best = max(scores, key=lambda b: (scores[b], -b))  # ties go to the smaller tree
+    return Sizing("tree", best, scores[best], taus,
+                  f"argmax of tau(N) / v(N + 1) over budgets {list(taus)}, tau from a pilot of "
+                  f"{len(prompts)} prompt(s) x {PILOT_NEW_TOKENS} tokens")
