@@ -47,6 +47,7 @@ from fractions import Fraction as F
 import numpy as np
 import torch
 from IPython.display import HTML, display
+from tqdm.auto import tqdm
 
 import specbook as sb
 from specbook import stats, theory
@@ -338,7 +339,7 @@ fig
 # %%
 sweep = {"constant pair": [], "blend pair": []}
 bands = []
-for t in TEMPERATURES:
+for t in tqdm(TEMPERATURES, desc="temperatures", disable=FAST):
     sweep["constant pair"].append(measure(const_target, const_draft, temperature=t, seed=SEED + 1)[1])
     sweep["blend pair"].append(measure(blend_target, blend_draft, temperature=t, seed=SEED + 1)[1])
     ov = acceptance.overlap(const_target, const_draft, SamplingParams(temperature=t))
@@ -378,7 +379,7 @@ def modelled_speedup(run_stats, c):
 
 
 adaptive_runs = {}
-for a_true in (0.9, 0.4):
+for a_true in tqdm((0.9, 0.4), desc="pairs", disable=FAST):
     pair_target, pair_draft = acceptance.constant_acceptance_pair(vocab_size=8, alpha=a_true, seed=SEED)
     row = {}
     for g in (1, 2, 4, 8):
