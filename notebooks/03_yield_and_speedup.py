@@ -364,8 +364,8 @@ fig
 # draft cost c = 0.2. For each pair we run fixed γ = 1, 2, 4, 8 and the adaptive
 # drafter (ceiling 8). A toy has no meaningful wall time, so time is counted in
 # passes (v = 1): a round costs γc + 1, and the modelled speedup of a run is
-# τ / (γ̄ c + 1), with γ̄ the mean number of drafts the loop actually verified
-# per round.
+# τ / (γ̄ c + 1), with γ̄ the mean number of guesses drafted per round (the
+# adaptive drafter varies it, and every run drafts less near the token budget).
 
 # %%
 C_ADAPT = 0.2
@@ -411,9 +411,10 @@ fig
 # %% [markdown]
 # No fixed γ is right for both pairs: γ = 8 is near the best at α = 0.9 and makes
 # decoding *slower* than plain at α = 0.4, while γ = 1, the best at α = 0.4,
-# leaves about a quarter of the good draft's speedup unused. The adaptive drafter finds a short draft for the poor pair and a long one
-# for the good pair within a few rounds, without being told α, and lands close to
-# the best fixed γ on each. This is "tune α, not γ" turned around: γ should
+# leaves about a quarter of the good draft's speedup unused. The adaptive
+# drafter finds a short draft for the poor pair and a long one for the good pair
+# within a few rounds, without being told α, and lands close to the best fixed γ
+# on each. This is "tune α, not γ" turned around: γ should
 # follow α, so let the loop measure α and set γ from it.
 #
 # ## Exercises
