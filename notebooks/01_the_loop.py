@@ -47,10 +47,12 @@ SEED = 0
 ROUND_SEED = 10  # the by-hand round below: two guesses kept, the third rejected
 
 # %%
+import math
 import time
 
 import torch
 from IPython.display import HTML, display
+from matplotlib.patches import Rectangle
 
 import specbook as sb
 from specbook import stats, theory
@@ -61,7 +63,7 @@ from specbook.teach import plots
 from specbook.teach.html import trace_html
 from specbook.teach.trace import trace_speculative
 from specbook.toy import make_toy_pair
-from specbook.verify import residual, verify_chain
+from specbook.verify import verify_chain
 
 _started = time.perf_counter()
 torch.set_num_threads(1)  # the toy models are tiny: one thread avoids threading overhead on small tensors
@@ -133,35 +135,31 @@ display(HTML("<table><tr><th>position</th><th>guess x</th><th>p(x)</th><th>q(x)<
              + "".join(cells) + "</table>"))
 
 # %% [markdown]
-# Here is that walk written out in plain Python. It draws one uniform number
-# per position, then one token: from the residual max(0, p − q), renormalised,
-# at the first rejection, or from p at the bonus position. `verify_chain`
-# documents the same order of random draws, so with the same generator state the
-# toy and the library must emit the same tokens, which the next cell checks on
-# 200 seeds.
+# The library's `verify_chain` does this walk for a whole batch. It draws one
+# uniform u per position *first*, keeps guess i when u_i · q_i(x_i) < p_i(x_i)
+# (the division-free form of "with probability min(1, p/q)"), stops at the first
+# rejection, and then draws one token: from the residual max(0, p − q),
+# renormalised, after a rejection, or from p at the bonus position. Writing the
+# walk yourself is **Assignment 2** (`assignments/source/02_chain_verifier`), so
+# the lesson only checks its two visible rules on 200 seeds: with the generator
+# in the same state, the uniforms decide how many guesses survive, and a
+# corrected token is never the guess that was just rejected (the residual has no
+# mass where q exceeds p, the only place a rejection can happen).
 
 # %%
-def walk(p, q, drafts, generator):
-    """Toy verification of one chain: p (K+1, V), q (K, V), drafts list of K ints."""
-    u = torch.rand(len(drafts), generator=generator, dtype=p.dtype)
-    out = []
-    for i, x in enumerate(drafts):
-        if u[i] * q[i, x] < p[i, x]:  # accept with probability min(1, p/q)
-            out.append(x)
-            continue
-        leftover = torch.clamp(p[i] - q[i], min=0)  # what p wanted and q under-supplied
-        out.append(int(torch.multinomial(leftover / leftover.sum(), 1, generator=generator)))
-        return out  # stop at the first rejection
-    out.append(int(torch.multinomial(p[len(drafts)], 1, generator=generator)))  # bonus
-    return out
-
-
+rejections = 0
 for s in range(200):
-    g_toy, g_lib = torch.Generator().manual_seed(s), torch.Generator().manual_seed(s)
-    mine = walk(target_probs[0], q_probs[0], guesses, g_toy)
-    tokens, n = verify_chain(target_probs, q_probs, proposal.tokens, g_lib)
-    assert mine == tokens[0, : n[0]].tolist(), (s, mine, tokens)
-print("toy walk == sb.verify.verify_chain on 200 seeds")
+    u = torch.rand(1, GAMMA, generator=torch.Generator().manual_seed(s), dtype=target_probs.dtype)  # (1, γ)
+    p_x = target_probs[0, :GAMMA].gather(-1, proposal.tokens[0].unsqueeze(-1)).squeeze(-1)  # (γ,)
+    q_x = q_probs[0].to(target_probs.dtype).gather(-1, proposal.tokens[0].unsqueeze(-1)).squeeze(-1)  # (γ,)
+    survive = (u[0] * q_x < p_x).long().cumprod(0).sum().item()  # guesses before the first failed test
+    tokens, n = verify_chain(target_probs, q_probs, proposal.tokens, torch.Generator().manual_seed(s))
+    assert n[0].item() == survive + 1, (s, n, survive)
+    if survive < GAMMA:
+        rejections += 1
+        assert tokens[0, survive].item() != guesses[survive], (s, tokens)  # never the rejected guess
+print(f"sb.verify.verify_chain on 200 seeds: the uniforms decide the survivors; "
+      f"{rejections} rejections, none refilled with the rejected guess")
 
 g_step = torch.Generator().manual_seed(ROUND_SEED)
 tokens, n = verify_chain(target_probs, q_probs, proposal.tokens, g_step)
@@ -199,9 +197,14 @@ plots.plot_trace(trace, max_steps=12)
 # token possible it can reach γ + 1. The price is γ passes of the draft model
 # per round, cheap but not free (lesson 3 puts a number on it).
 #
-# A word on "acceptance rate": `stats.alpha` divides accepted guesses by *all*
-# proposed guesses, including the grey ones nobody looked at. The α of lesson 3
-# is the chance that a guess survives *when it is checked*, which is larger.
+# Two ratios describe the guesses, and only one of them is α (docs/glossary.md):
+#
+# * the **acceptance rate** α, `stats.acceptance_rate` = accepted / *verified*
+#   guesses: the chance that a guess survives when it is checked. This is the α
+#   of lesson 3's formulas.
+# * the **draft efficiency**, `stats.draft_efficiency` = accepted / *proposed*
+#   guesses, including the grey ones nobody looked at: the share of the drafting
+#   work that survived. It is smaller, and it is not α.
 
 # %%
 plain = generate(target, torch.tensor([0]), LONG_RUN, params, generator=torch.Generator().manual_seed(SEED))
@@ -209,8 +212,57 @@ spec = reference.stats
 print(f"plain decoding:       {plain.stats.target_passes} target passes for {LONG_RUN} tokens")
 print(f"speculative (γ={GAMMA}):    {spec.target_passes} target passes for {LONG_RUN} tokens "
       f"(+ {spec.draft_passes} cheap draft passes)")
-print(f"tokens per target pass τ = {spec.tau:.2f}; accepted / proposed guesses = {spec.alpha:.2f}")
+print(f"tokens per target pass τ = {spec.tau:.2f}; acceptance rate α = {spec.acceptance_rate:.2f}; "
+      f"draft efficiency = {spec.draft_efficiency:.2f}")
 print("kinds of tokens:", {k: trace.count(k) for k in ("accepted", "rejected", "unverified", "corrected", "bonus")})
+
+# %% [markdown]
+# ## The time line of a generation
+#
+# Counting passes hides *when* things happen. Below, the same traced run is laid
+# out in time, in units of one target pass. The top line is speculation: per
+# round, γ short draft passes (orange, each costing c of a target pass; here we
+# take c = 0.1, a draft a tenth the cost of the target) and then one verify pass
+# (blue) that emits the number of tokens written on it. The bottom line is plain
+# decoding of the same tokens: one target pass each. The picture is built from
+# the trace, that is, from the loop's own `on_step` hook: the number of drafts
+# per round is what the loop asked for.
+
+# %%
+C_TOY = 0.1  # assumed cost of one draft pass, in target passes (a toy has no meaningful wall time)
+
+
+def plot_timeline(trace, c, verify_cost=1.0, max_steps=8):
+    """Draft and verify passes of the first rounds of ``trace`` on a time axis, above plain decoding.
+
+    Returns the figure and (speculative time, plain time) for those rounds, in target passes.
+    """
+    steps = trace.steps[:max_steps]
+    emitted = sum(len(s.emitted) for s in steps)
+    fig = plots.new_figure(7.5, 2.2)
+    ax = fig.add_subplot()
+    t = 0.0
+    for s in steps:
+        for _ in s.draft_tokens:  # one draft pass per guess
+            ax.add_patch(Rectangle((t, 1.15), c, 0.7, facecolor="#f5b041", edgecolor="#555", lw=0.4))
+            t += c
+        ax.add_patch(Rectangle((t, 1.15), verify_cost, 0.7, facecolor="#5b8def", edgecolor="#555", lw=0.4))
+        ax.text(t + verify_cost / 2, 1.5, f"+{len(s.emitted)}", ha="center", va="center", fontsize=8, color="white")
+        t += verify_cost
+    for i in range(emitted):  # plain decoding: one target pass per token
+        ax.add_patch(Rectangle((i, 0.15), 1.0, 0.7, facecolor="#5b8def", edgecolor="#555", lw=0.4))
+        ax.text(i + 0.5, 0.5, "+1", ha="center", va="center", fontsize=7, color="white")
+    ax.set_xlim(0, max(t, emitted) + 0.2)
+    ax.set_ylim(0, 2)
+    ax.set_yticks([0.5, 1.5], ["plain", f"speculative (γ={GAMMA})"])
+    ax.set_xlabel("time, in target passes (orange: draft passes, blue: target passes)")
+    ax.set_title(f"{emitted} tokens: {t:.1f} target-pass times with speculation, {emitted} without")
+    return fig, (t, float(emitted))
+
+
+timeline_fig, (spec_time, plain_time) = plot_timeline(trace, C_TOY)
+print(f"first 8 rounds: speculation {spec_time:.1f}, plain decoding {plain_time:.0f} target-pass times")
+timeline_fig
 
 # %% [markdown]
 # Fewer passes would be worthless if the text changed. It does not: the
@@ -297,9 +349,85 @@ for batch_size in (1, 64):
     print(f"batch {batch_size:>2}: v for 1..8 positions =", " ".join(f"{r:.2f}" for r in ratios))
 
 # %% [markdown]
+# ## Exercises
+#
+# Try each one before opening its solution. The solution cells run with the
+# lesson (the course's tests execute them), so they also check the answers.
+#
+# **Exercise 1 (predict, then run).** Suppose the draft model were a perfect
+# copy of the target (q = p). Predict the acceptance rate α, the tokens per
+# target pass τ, and the number of target passes for LONG_RUN tokens at γ = 4.
+# Then run the loop with a copy of the target as the draft.
+#
+# <details><summary>Solution</summary>
+#
+# With q = p every keep-probability min(1, p(x)/q(x)) is 1, so α = 1 and every
+# round emits all γ guesses plus the bonus token: γ + 1 = 5 tokens per pass. The
+# loop never drafts past the budget, so the last round may emit fewer, and the
+# number of target passes is ⌈LONG_RUN / (γ + 1)⌉. The draft efficiency is 1 too:
+# no guess is ever left unchecked.
+#
+# </details>
+
+# %% tags=["solution"]
+perfect_copy = make_toy_pair(vocab_size=8, order=1, match=0.7, seed=SEED)[0]  # a second instance of the target
+perfect = speculative_generate(target, DraftModelDrafter(perfect_copy), torch.tensor([0]), LONG_RUN, params,
+                               gamma=GAMMA, generator=torch.Generator().manual_seed(SEED)).stats
+print(f"q = p: α = {perfect.acceptance_rate}, τ = {perfect.tau:.3f}, {perfect.target_passes} target passes")
+assert perfect.acceptance_rate == 1.0 and perfect.draft_efficiency == 1.0
+assert perfect.target_passes == math.ceil(LONG_RUN / (GAMMA + 1))
+
+# %% [markdown]
+# **Exercise 2 (code).** From `trace.steps` alone (each step has `draft_tokens`
+# and `num_accepted`), compute the acceptance rate α (accepted / verified) and
+# the draft efficiency (accepted / proposed), and check them against the loop's
+# `spec.acceptance_rate` and `spec.draft_efficiency`. Which guesses count as
+# verified?
+#
+# <details><summary>Solution</summary>
+#
+# A round verifies its guesses up to and including the first rejection: all of
+# them if none was rejected (`num_accepted == len(draft_tokens)`), otherwise
+# `num_accepted + 1`. The grey guesses after the rejection are proposed but not
+# verified, which is why the draft efficiency is the smaller number.
+#
+# </details>
+
+# %% tags=["solution"]
+ex_accepted = sum(s.num_accepted for s in trace.steps)
+ex_verified = sum(min(s.num_accepted + 1, len(s.draft_tokens)) for s in trace.steps)
+ex_proposed = sum(len(s.draft_tokens) for s in trace.steps)
+print(f"α = {ex_accepted}/{ex_verified} = {ex_accepted / ex_verified:.3f}; "
+      f"draft efficiency = {ex_accepted}/{ex_proposed} = {ex_accepted / ex_proposed:.3f}")
+assert math.isclose(ex_accepted / ex_verified, spec.acceptance_rate)
+assert math.isclose(ex_accepted / ex_proposed, spec.draft_efficiency)
+assert spec.draft_efficiency < spec.acceptance_rate
+
+# %% [markdown]
+# **Exercise 3 (predict, then run).** At batch 1 on the H100, about how many
+# positions can one pass verify before the extra positions start to cost time?
+# Predict from the ridge point, then find the first n with a verify-cost ratio
+# above 1 using `theory.verify_time_ratio(n, batch=1, hardware="H100")`.
+#
+# <details><summary>Solution</summary>
+#
+# A pass over n positions has intensity n FLOP per weight byte, so it stays
+# memory-bound, and costs one pass of weight traffic, while n is below the ridge
+# point, about 295. The first n whose ratio exceeds 1 is the first integer above
+# the ridge: 296. No draft of a sane length comes near that at batch 1; at batch
+# 64 the budget is 295 / 64, fewer than 5 positions per row.
+#
+# </details>
+
+# %% tags=["solution"]
+first_costly = next(n for n in range(1, 1000) if theory.verify_time_ratio(n, batch=1, hardware="H100") > 1.0)
+print(f"H100, batch 1: the first costly pass verifies {first_costly} positions (ridge {h100.ridge:.1f})")
+assert first_costly == math.floor(h100.ridge) + 1
+
+# %% [markdown]
 # ## Checks
 #
-# The lesson claimed four things. Each is asserted below, so a wrong library
+# The lesson claimed five things. Each is asserted below, so a wrong library
 # would stop this notebook.
 
 # %%
@@ -308,6 +436,7 @@ assert trace.tokens == reference.new_tokens[0].tolist()
 assert all(len(s.emitted) == s.num_accepted + 1 for s in trace.steps)
 assert sum(len(s.emitted) for s in trace.steps) >= LONG_RUN
 assert trace.count("corrected") + trace.count("bonus") == trace.target_passes
+assert all(st_.final_token != st_.draft_tokens[st_.num_accepted] for st_ in trace.steps if st_.final_kind == "corrected")
 # 2. Speculation used fewer target passes than tokens; plain decoding used exactly one per token.
 assert plain.stats.target_passes == LONG_RUN
 assert spec.target_passes < LONG_RUN / 2, spec.target_passes
@@ -321,4 +450,9 @@ assert [r["intensity"] for r in roof] == [1, GAMMA + 1, 64, 64 * (GAMMA + 1)]
 assert not roof[1]["compute_bound"] and roof[3]["compute_bound"]
 assert theory.verify_time_ratio(GAMMA + 1, batch=1, hardware="H100") == 1.0
 assert theory.verify_time_ratio(GAMMA + 1, batch=64, hardware="H100") > 1.0
+# 5. The time line comes from the loop's hook: one draft pass per guess, one target pass per round.
+assert sum(len(s.draft_tokens) for s in trace.steps) == spec.proposed == spec.draft_passes
+assert plain_time == sum(len(s.emitted) for s in trace.steps[:8])
+assert math.isclose(spec_time, sum(len(s.draft_tokens) * C_TOY + 1.0 for s in trace.steps[:8]))
+assert spec_time < plain_time
 print(f"all lesson-1 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")

@@ -24,8 +24,8 @@
 #
 # 1. Look at some tempting rules and compute, exactly, what they emit. Each
 #    one tilts the output.
-# 2. Build the modified rejection sampler and check the toy version against
-#    the library.
+# 2. Build the modified rejection sampler (you write it in Assignment 1) and
+#    check the library's version against the rule.
 # 3. Walk through the proof one identity at a time, with the library checking
 #    each identity in exact rational arithmetic, first on a worked example,
 #    then on hundreds of random ones.
@@ -51,10 +51,12 @@ SEED = 0
 import time
 from fractions import Fraction as F
 
+import numpy as np
 import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from IPython.display import HTML, display
+from tqdm.auto import tqdm
 
 import specbook as sb
 from specbook import laws, stats
@@ -138,27 +140,23 @@ for name, law in naive_laws.items():
 # left to hand out is exactly where p exceeds q, the mass the draft
 # under-supplied. That is the residual.
 #
-# A toy version, written for reading. It compares u·q(x) < p(x) rather than
-# u < p(x)/q(x), which is the same test without a division by zero. The
-# library's `verify_token` draws one uniform and then, on rejection, one token,
-# in that order; with the same generator state the toy must emit the same token.
+# Writing this sampler yourself is **Assignment 1**
+# (`assignments/source/01_acceptance_rule`), so the lesson uses the library's
+# `sb.verify.verify_token` and checks its two visible rules. It draws one
+# uniform u and keeps x when u · q(x) < p(x), the same test as
+# u < p(x)/q(x) without a division by zero; on rejection it draws one token from
+# the residual. With the generator in the same state, the uniform alone must
+# decide whether the guess comes back, on 300 guesses; and the residual is the
+# formula above.
 
 # %%
-def modified_rejection(p, q, x, generator):
-    u = torch.rand((), generator=generator, dtype=p.dtype)
-    if u * q[x] < p[x]:  # accept with probability min(1, p(x)/q(x))
-        return x
-    leftover = torch.clamp(p - q, min=0)  # where p exceeds q
-    return int(torch.multinomial(leftover / leftover.sum(), 1, generator=generator))
-
-
 guesses = torch.multinomial(q, 300, replacement=True, generator=torch.Generator().manual_seed(SEED)).tolist()
 for s, x in enumerate(guesses):
-    mine = modified_rejection(p, q, x, torch.Generator().manual_seed(s))
-    theirs = verify_token(p, q, x, torch.Generator().manual_seed(s))
-    assert mine == theirs, (s, x, mine, theirs)
+    u = torch.rand((), generator=torch.Generator().manual_seed(s), dtype=p.dtype)
+    kept_guess = verify_token(p, q, x, torch.Generator().manual_seed(s)) == x
+    assert kept_guess == bool(u * q[x] < p[x]), (s, x)  # a rejected guess never comes back from the residual
 torch.testing.assert_close(torch.clamp(p - q, min=0) / torch.clamp(p - q, min=0).sum(), residual(p, q))
-print("toy rule == sb.verify.verify_token on 300 seeds; toy residual == sb.verify.residual")
+print("sb.verify.verify_token on 300 guesses: kept exactly when u·q(x) < p(x); sb.verify.residual == max(0, p − q) / mass")
 
 # %% [markdown]
 # ## The proof, one identity at a time
@@ -236,6 +234,40 @@ for r in NAIVE_RULES:
     print(f"{r.name:35s} emits {[str(v) for v in r.law(p_ex, q_ex)]}  (p = {[str(v) for v in p_ex]})")
 
 # %% [markdown]
+# **The proof in one picture.** Draw p and q on one plot. Under both curves lies
+# min(p, q) (green): that much of each token is emitted by accepted guesses
+# (step 1). Where p rises above q, the gap max(0, p − q) (orange) is what the
+# residual refills after a rejection (step 3). Where q rises above p, the gap
+# max(0, q − p) (hatched) is the mass of guesses that get rejected; its total
+# equals the orange total (step 2), so the rejections pay for the refill exactly.
+# Green plus orange is p, token by token.
+
+# %%
+def plot_proof(p, q, token_names, ax=None):
+    """p and q as outlines; min(p, q), max(0, p - q) and max(0, q - p) as shaded areas."""
+    p, q = np.asarray(p, dtype=float), np.asarray(q, dtype=float)
+    fig = plots.new_figure(6.8, 3.4) if ax is None else ax.figure
+    ax = ax or fig.add_subplot()
+    x = np.arange(len(p))
+    both, refill, rejected = np.minimum(p, q), np.clip(p - q, 0, None), np.clip(q - p, 0, None)
+    ax.bar(x, both, 0.8, color="#7dcea0", label="min(p, q): accepted guesses")
+    ax.bar(x, refill, 0.8, bottom=both, color="#f5b041", label="max(0, p − q): refilled by the residual")
+    ax.bar(x, rejected, 0.8, bottom=both, color="none", edgecolor="#888", hatch="//",
+           label="max(0, q − p): rejected guesses")
+    ax.step(np.r_[x - 0.4, x[-1] + 0.4], np.r_[p, p[-1]], where="post", color="black", lw=1.5, label="p (target)")
+    ax.step(np.r_[x - 0.4, x[-1] + 0.4], np.r_[q, q[-1]], where="post", color="#2e86c1", lw=1.2, ls="--",
+            label="q (draft)")
+    ax.set_xticks(x, token_names, fontsize=8)
+    ax.set_ylabel("probability")
+    ax.set_title(f"accept {both.sum():.3f}, reject {rejected.sum():.3f} = residual mass {refill.sum():.3f}")
+    ax.legend(fontsize=7, loc="upper right")
+    return fig, (both, refill, rejected)
+
+
+proof_fig, (area_min, area_refill, area_rejected) = plot_proof(p, q, WORDS)
+proof_fig
+
+# %% [markdown]
 # One example proves nothing. Hypothesis generates random pairs (p, q) of
 # rational distributions, sizes 2 to 7, with plenty of zeros, and we check all
 # three identities exactly on each. The `@example`s pin the edge cases: p = q
@@ -276,15 +308,15 @@ print(f"all three identities hold exactly on {len(checked)} random and edge-case
 # Exact laws check the *mathematics*. Sampling checks the *code that runs*.
 # For each rule we draw many guesses from q, run the rule, count how often
 # each token comes out, and test the raw counts against p with a chi-square
-# goodness-of-fit test (bins with small expected counts pooled). Five tests
-# at once call for a correction: Holm's method keeps the chance of any false
+# goodness-of-fit test (bins with small expected counts pooled). Four tests
+# (the correct sampler and the three tempting rules) at once call for a correction: Holm's method keeps the chance of any false
 # alarm in the family at 1%. The power column is the probability that the test
 # catches a rule with that exact bias at this sample size, so a pass of a
 # biased rule could not be blamed on a small sample.
 
 # %%
 results = {}
-for i, (name, r) in enumerate(rules.RULES.items()):
+for i, (name, r) in enumerate(tqdm(rules.RULES.items(), desc="rules", disable=FAST)):
     if name == rules.TARGET_ONLY:
         continue  # at temperature 1 this bug is invisible; it gets its own section
     drawn = r.sample(setup, N_DRAWS, torch.Generator().manual_seed(SEED + i))
@@ -394,17 +426,101 @@ explorer.match.value = 0.3
 explorer.temperature.value = T_BUG
 
 # %% [markdown]
+# ## Exercises
+#
+# Try each one before opening its solution; the solution cells run with the
+# lesson and check the answers.
+#
+# **Exercise 1 (predict, then run).** In the worked example, token 3 has
+# q = 0 (the draft never proposes it) and p = 1/4. Can speculative decoding
+# ever emit it? If so, with what probability, and by which route?
+#
+# <details><summary>Solution</summary>
+#
+# Yes, with probability exactly 1/4, and only through the residual: it is never
+# guessed, so min(p, q) = 0 there, while max(0, p − q) = 1/4. A rejection happens
+# with probability P(reject) = Σ max(0, p − q), and the residual then picks
+# token 3 with probability (1/4) / P(reject); the product is 1/4.
+#
+# </details>
+
+# %% tags=["solution"]
+via_residual = p_reject * (max(F(0), p_ex[3] - q_ex[3]) / residual_mass)
+print("P(emit token 3) =", laws.emission_law(p_ex, q_ex)[3], "; via the residual:", via_residual)
+assert min(p_ex[3], q_ex[3]) == 0 and via_residual == laws.emission_law(p_ex, q_ex)[3] == F(1, 4)
+
+# %% [markdown]
+# **Exercise 2 (code).** The rule "right test, wrong refill" keeps x with
+# probability min(1, p(x)/q(x)) but refills from p. Derive its emitted law by
+# following the proof's three steps, write it as a function of p and q, and
+# check it, exactly, against `NAIVE_RULES[1].law` on the worked example. Which
+# tokens does it over-produce?
+#
+# <details><summary>Solution</summary>
+#
+# Step 1 is unchanged: an accepted guess emits z with probability min(p(z), q(z)).
+# Step 2 too: a rejection happens with probability P(reject) = 1 − Σ min(p, q).
+# Only step 3 changes: the refill picks z with probability p(z), not the residual.
+# So the law is min(p(z), q(z)) + P(reject) · p(z). Compared with p it adds
+# P(reject) · p(z) − max(0, p(z) − q(z)): too much wherever q covers p
+# (tokens 1 and 2 here), because that mass was already handed out by the
+# acceptances.
+#
+# </details>
+
+# %% tags=["solution"]
+def wrong_refill_law(p_, q_):
+    reject = 1 - sum(min(a, b) for a, b in zip(p_, q_))
+    return [min(a, b) + reject * a for a, b in zip(p_, q_)]
+
+
+mine_law = wrong_refill_law(p_ex, q_ex)
+print("my law:", [str(v) for v in mine_law], " p:", [str(v) for v in p_ex])
+assert mine_law == NAIVE_RULES[1].law(p_ex, q_ex)
+assert [z for z in range(5) if mine_law[z] > p_ex[z]] == [1, 2]
+
+# %% [markdown]
+# **Exercise 3 (predict, then run).** In the picture of the proof, the hatched
+# area (rejected guesses) and the orange area (the residual's refill) always have
+# the same total. Predict the acceptance rate α = Σ min(p, q) of the lesson's
+# pair (the green area) from the title of the figure, then check that sampling
+# agrees: draw guesses from q, run the library's `verify_token`, and count how
+# often the emitted token is the guess itself.
+#
+# <details><summary>Solution</summary>
+#
+# The green total in the figure's title is α (about 0.60 here). Counting
+# "emitted == guess" counts the acceptances exactly: a guess x can be rejected
+# only when q(x) > p(x), and there the residual max(0, p − q) has no mass, so a
+# rejected guess never comes back as the emitted token. The frequency must
+# therefore match α within sampling error (a few standard errors of a binomial
+# proportion).
+#
+# </details>
+
+# %% tags=["solution"]
+alpha_pair = float(area_min.sum())
+g_ex = torch.Generator().manual_seed(SEED + 30)
+draws = torch.multinomial(q, N_DRAWS, replacement=True, generator=g_ex).tolist()
+kept = sum(verify_token(p, q, x, g_ex) == x for x in draws)
+se = (alpha_pair * (1 - alpha_pair) / N_DRAWS) ** 0.5
+print(f"α = Σ min(p, q) = {alpha_pair:.4f}; measured {kept / N_DRAWS:.4f} ± {se:.4f}")
+assert abs(kept / N_DRAWS - alpha_pair) < 4 * se
+assert abs(area_rejected.sum() - area_refill.sum()) < 1e-9
+
+# %% [markdown]
 # ## Checks
 
 # %%
-# 1. The toy rule is the library's rule (checked above on 300 seeds), and the proof's identities are exact:
+# 1. The library's rule keeps a guess exactly when u·q(x) < p(x) (checked above on 300 guesses), and the
+#    proof's identities are exact:
 assert emit == p_ex and len(checked) >= N_HYPOTHESIS
 # 2. Each tempting rule's exact law differs from p; the modified sampler's equals it.
 assert all(0.5 * float((law - p).abs().sum()) > 0.01 for law in naive_laws.values())
 assert all(r.law(p_ex, q_ex) != p_ex for r in NAIVE_RULES)
 assert torch.allclose(laws.emission_law(p, q), p.double(), atol=1e-12)
 # 3. Sampling: the real sampler is not rejected, every tempting rule is, and the test had the power to do so.
-assert family.rejected == tuple(r.name for r in NAIVE_RULES), family
+assert len(results) == 4 and family.rejected == tuple(r.name for r in NAIVE_RULES), family
 assert all(results[r.name]["power"] > 0.99 for r in NAIVE_RULES)
 # 4. The sampling-parameter bug: invisible at temperature 1, biased and caught at 0.6, in one position and in a loop.
 assert bias_at_1 < 1e-12 and bug_tv > 0.05
@@ -414,4 +530,7 @@ assert seq_tests["correct"].pvalue > LEVEL and seq_tests["buggy"].pvalue < 1e-6
 assert at_identity["tv"][rules.CORRECT] == 0 and at_identity["tv"]["min(1,p/q), resample from p"] < 1e-12
 assert at_identity["tv"]["accept w.p. p(x), else sample p"] > 0.01
 assert not explorer.values()["rejected"][rules.CORRECT]
+# 6. The picture of the proof: green + orange is p, and the rejected mass equals the residual's mass.
+assert np.allclose(area_min + area_refill, p.numpy(), atol=1e-12)
+assert abs(area_rejected.sum() - (1 - area_min.sum())) < 1e-9
 print(f"all lesson-2 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")

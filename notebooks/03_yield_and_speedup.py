@@ -35,6 +35,7 @@ ROWS = 300 if FAST else 2000  # independent sequences per measurement
 NEW_TOKENS = 30 if FAST else 60  # tokens generated per sequence
 TRACE_TOKENS = 600 if FAST else 4000  # one long sequence for per-context acceptance
 TEMPERATURES = [0.5, 0.75, 1.0, 1.5, 2.0]
+ADAPT_ROWS = 100 if FAST else 1000  # sequences per run in the adaptive-gamma measurement
 GAMMA = 4
 LEVEL = 0.01
 SEED = 0
@@ -46,11 +47,12 @@ from fractions import Fraction as F
 import numpy as np
 import torch
 from IPython.display import HTML, display
+from tqdm.auto import tqdm
 
 import specbook as sb
 from specbook import stats, theory
 from specbook.decode import speculative_generate
-from specbook.drafters import DraftModelDrafter
+from specbook.drafters import AdaptiveGamma, DraftModelDrafter, GammaPolicy
 from specbook.sampling import SamplingParams
 from specbook.teach import acceptance, plots
 from specbook.teach.trace import trace_speculative
@@ -122,7 +124,7 @@ display(table_html([f"α = {a}" for a in ALPHAS], ["limit 1/(1−α)"],
 # 233% more drafting. However far you draft, the yield cannot pass the limit
 # 1/(1 − α), which is 2 at α = 0.5.
 #
-# **Acceptance beats length.** At γ = 4, lifting α from 0.7 to 0.9 takes the
+# **Acceptance beats length: tune α, not γ.** At γ = 4, lifting α from 0.7 to 0.9 takes the
 # yield from 2.77 to 4.10, a 48% gain. Keeping α = 0.7 and drafting 10 instead
 # of 4 gains 18%. When tuning, improve the draft model before lengthening the
 # draft.
@@ -171,11 +173,19 @@ plots.plot_speedup(0.8, cs=(0.05, 0.15, 0.3), max_gamma=16)
 
 # %% [markdown]
 # **Break-even.** Speculation pays exactly when E[tokens] > γc + 1. For a fixed
-# γ that draws a line in the (α, c) plane: c* = (E[tokens] − 1)/γ. Below the
-# line you win, above it you lose. The dots are the four worked cases.
+# γ that draws a boundary in the (α, c) plane:
+#
+# c*(α) = (E[tokens] − 1)/γ = (α + α² + … + α^γ)/γ,
+#
+# a polynomial of degree γ in α. It is a **curve**, not a line (straight only
+# for γ = 1): flat at small α, where the deep guesses are almost never reached,
+# and steep near α = 1, where every one of them counts. Below a curve you win,
+# above it you lose. The dots are the four worked cases.
 
 # %%
-plots.plot_break_even(gammas=(1, 2, 4, 8), points=[(a, c) for a, c, _ in CASES])
+fig = plots.plot_break_even(gammas=(1, 2, 4, 8), points=[(a, c) for a, c, _ in CASES])
+fig.axes[0].set_title("Break-even: speculation wins below each curve")
+fig
 
 # %%
 C_VALUES = [0.01, 0.05, 0.15, 0.3]
@@ -226,6 +236,11 @@ explorer.alpha.value, explorer.c.value = 0.8, 0.05
 # chi-square test on the counts. As a broken twin, the same counts are tested
 # against the law for α = 0.75: a test that could not reject that would not be
 # worth running.
+#
+# One detail: the loop never drafts past the token budget, so the last rounds
+# of each row draft fewer than γ guesses, and the formula for γ does not apply
+# to them. The loop's `on_step` hook tells us how many guesses each round
+# drafted; the comparisons with E[tokens] use the full rounds only.
 
 # %%
 ALPHA_TRUE = 0.7
@@ -234,23 +249,31 @@ prompts = torch.randint(0, 8, (ROWS, 1), generator=torch.Generator().manual_seed
 
 
 def measure(target, draft, temperature=1.0, seed=SEED):
+    """Run the loop; return its stats, the acceptance rate (accepted / verified), and the accepted
+    count of every (round, row) whose round drafted all GAMMA guesses."""
+    full_rounds = []
+
+    def record_full_rounds(step):  # the loop's on_step hook
+        if step.draft.tokens.shape[1] == GAMMA:
+            full_rounds.extend((step.num_emitted - 1).tolist())  # accepted drafts of each row
+
     run = speculative_generate(target, DraftModelDrafter(draft), prompts, NEW_TOKENS,
                                SamplingParams(temperature=temperature), gamma=GAMMA,
-                               generator=torch.Generator().manual_seed(seed))
-    st_ = run.stats
-    alpha_hat = sum(st_.position_accepted) / sum(st_.position_proposed)  # survivals per checked guess
-    return st_, alpha_hat
+                               generator=torch.Generator().manual_seed(seed), on_step=record_full_rounds)
+    return run.stats, run.stats.acceptance_rate, full_rounds
 
 
-const_stats, const_alpha = measure(const_target, const_draft)
-rounds = len(const_stats.accepted_per_step)
-k_counts = stats.counts_of(const_stats.accepted_per_step, GAMMA + 1)
+const_stats, const_alpha, const_full = measure(const_target, const_draft)
+rounds = len(const_full)
+const_tau = 1 + sum(const_full) / rounds  # tokens per full round
+k_counts = stats.counts_of(const_full, GAMMA + 1)
 fit_true = stats.chisquare_gof(k_counts, acceptance.accepted_count_law(ALPHA_TRUE, GAMMA))
 fit_wrong = stats.chisquare_gof(k_counts, acceptance.accepted_count_law(0.75, GAMMA))
 power_wrong = stats.chisquare_power(acceptance.accepted_count_law(ALPHA_TRUE, GAMMA),
                                     acceptance.accepted_count_law(0.75, GAMMA), rounds, alpha=LEVEL)
-print(f"{rounds} rounds; measured α = {const_alpha:.4f} (true {ALPHA_TRUE})")
-print(f"tokens per pass: measured {const_stats.tau:.4f}, formula {theory.expected_tokens(ALPHA_TRUE, GAMMA):.4f}")
+print(f"{rounds} full rounds; measured α = {const_alpha:.4f} (true {ALPHA_TRUE})")
+print(f"tokens per full round: measured {const_tau:.4f}, formula {theory.expected_tokens(ALPHA_TRUE, GAMMA):.4f} "
+      f"(all rounds, short ones included: τ = {const_stats.tau:.4f})")
 print(f"accepted per round vs truncated geometric(α=0.7): p = {fit_true.pvalue:.3f};"
       f" vs α=0.75: p = {fit_wrong.pvalue:.2g} (power {power_wrong:.3f})")
 print("acceptance by depth in the draft:", [round(a, 3) for a in const_stats.position_acceptance])
@@ -263,8 +286,8 @@ print("acceptance by depth in the draft:", [round(a, 3) for a in const_stats.pos
 
 # %%
 blend_target, blend_draft = make_toy_pair(vocab_size=8, order=1, match=0.7, seed=SEED)
-blend_stats, blend_alpha = measure(blend_target, blend_draft)
-print(f"measured α = {blend_alpha:.4f}; tokens per pass: measured {blend_stats.tau:.4f}, "
+blend_stats, blend_alpha, blend_full = measure(blend_target, blend_draft)
+print(f"measured α = {blend_alpha:.4f}; tokens per full round: measured {1 + sum(blend_full) / len(blend_full):.4f}, "
       f"formula at measured α {theory.expected_tokens(blend_alpha, GAMMA):.4f}")
 print("acceptance by depth in the draft:", [round(a, 3) for a in blend_stats.position_acceptance])
 
@@ -316,7 +339,7 @@ fig
 # %%
 sweep = {"constant pair": [], "blend pair": []}
 bands = []
-for t in TEMPERATURES:
+for t in tqdm(TEMPERATURES, desc="temperatures", disable=FAST):
     sweep["constant pair"].append(measure(const_target, const_draft, temperature=t, seed=SEED + 1)[1])
     sweep["blend pair"].append(measure(blend_target, blend_draft, temperature=t, seed=SEED + 1)[1])
     ov = acceptance.overlap(const_target, const_draft, SamplingParams(temperature=t))
@@ -326,6 +349,141 @@ fig = plots.plot_curves(TEMPERATURES, sweep, "temperature", "measured α",
 fig.axes[0].fill_between(TEMPERATURES, [b[0] for b in bands], [b[1] for b in bands], color="C0", alpha=0.15)
 print({k: [round(v, 3) for v in vals] for k, vals in sweep.items()})
 fig
+
+# %% [markdown]
+# ## Adaptive γ: let the loop choose the draft length
+#
+# The best γ depends on α (the table above), and α is not known before the run;
+# in real text it even changes within one generation. `sb.drafters.AdaptiveGamma`
+# wraps a drafter and picks γ every round: it estimates α from the accepted /
+# verified counts of recent rounds (exponentially weighted, with a weak prior)
+# and drafts the γ that maximises the predicted speedup E(α, γ) / (γc + v(γ + 1)).
+# The loop's `gamma` is only the ceiling.
+#
+# A measurement on two constant-acceptance pairs, α = 0.9 and α = 0.4, with a
+# draft cost c = 0.2. For each pair we run fixed γ = 1, 2, 4, 8 and the adaptive
+# drafter (ceiling 8). A toy has no meaningful wall time, so time is counted in
+# passes (v = 1): a round costs γc + 1, and the modelled speedup of a run is
+# τ / (γ̄ c + 1), with γ̄ the mean number of guesses drafted per round (the
+# adaptive drafter varies it, and every run drafts less near the token budget).
+
+# %%
+C_ADAPT = 0.2
+adapt_prompts = torch.randint(0, 8, (ADAPT_ROWS, 1), generator=torch.Generator().manual_seed(SEED + 2))
+
+
+def modelled_speedup(run_stats, c):
+    """τ / (γ̄ c + 1): tokens per round over the cost of a round, in target passes (v = 1)."""
+    mean_gamma = run_stats.proposed / len(run_stats.accepted_per_step)
+    return run_stats.tau / (mean_gamma * c + 1)
+
+
+adaptive_runs = {}
+for a_true in tqdm((0.9, 0.4), desc="pairs", disable=FAST):
+    pair_target, pair_draft = acceptance.constant_acceptance_pair(vocab_size=8, alpha=a_true, seed=SEED)
+    row = {}
+    for g in (1, 2, 4, 8):
+        run = speculative_generate(pair_target, DraftModelDrafter(pair_draft), adapt_prompts, NEW_TOKENS,
+                                   SamplingParams(), gamma=g, generator=torch.Generator().manual_seed(SEED + 3))
+        row[f"γ = {g}"] = modelled_speedup(run.stats, C_ADAPT)
+    adaptive = AdaptiveGamma(DraftModelDrafter(pair_draft), GammaPolicy(c=C_ADAPT))
+    run = speculative_generate(pair_target, adaptive, adapt_prompts, NEW_TOKENS, SamplingParams(), gamma=8,
+                               generator=torch.Generator().manual_seed(SEED + 3))
+    row["adaptive"] = modelled_speedup(run.stats, C_ADAPT)
+    adaptive_runs[a_true] = dict(speedups=row, history=adaptive.history, best=theory.optimal_gamma(a_true, C_ADAPT))
+labels = list(adaptive_runs[0.9]["speedups"])
+display(table_html([f"α = {a}" for a in adaptive_runs], labels + ["γ chosen (median)", "best γ (theory)"],
+                   [[f"{v['speedups'][k]:.2f}×" for k in labels]
+                    + [int(np.median(v["history"])), v["best"][0]] for v in adaptive_runs.values()],
+                   corner="modelled speedup"))
+print({a: {k: round(x, 2) for k, x in v["speedups"].items()} for a, v in adaptive_runs.items()})
+fig = plots.new_figure(6.4, 3.0)
+ax = fig.add_subplot()
+for a_true, v in adaptive_runs.items():  # the two runs take different numbers of rounds
+    ax.step(range(1, len(v["history"]) + 1), v["history"], where="mid", marker="o", ms=3, label=f"α = {a_true}")
+    ax.axhline(v["best"][0], ls=":", color="grey")
+ax.set_xlabel("round")
+ax.set_ylabel("γ chosen")
+ax.set_title(f"AdaptiveGamma's draft length per round (c = {C_ADAPT}; dotted: the best γ in theory)")
+ax.legend(fontsize=8)
+fig
+
+# %% [markdown]
+# No fixed γ is right for both pairs: γ = 8 is near the best at α = 0.9 and makes
+# decoding *slower* than plain at α = 0.4, while γ = 1, the best at α = 0.4,
+# leaves about a quarter of the good draft's speedup unused. The adaptive
+# drafter finds a short draft for the poor pair and a long one for the good pair
+# within a few rounds, without being told α, and lands close to the best fixed γ
+# on each. This is "tune α, not γ" turned around: γ should
+# follow α, so let the loop measure α and set γ from it.
+#
+# ## Exercises
+#
+# Try each one before opening its solution; the solution cells run with the
+# lesson and check the answers.
+#
+# **Exercise 1 (predict, then run).** A draft with α = 0.6 costs c = 0.1 per
+# step. Does γ = 4 pay, and by how much? Work out E[tokens] and the round's
+# cost by hand, then check with `theory.speedup`.
+#
+# <details><summary>Solution</summary>
+#
+# E = 1 + 0.6 + 0.36 + 0.216 + 0.1296 = 2.3056 tokens per round, for a cost of
+# γc + 1 = 1.4 target passes: a speedup of 2.3056 / 1.4 ≈ 1.65×. It pays.
+#
+# </details>
+
+# %% tags=["solution"]
+e_hand = 1 + 0.6 + 0.6**2 + 0.6**3 + 0.6**4
+print(f"E = {e_hand:.4f}; speedup {e_hand / 1.4:.3f} (library: {theory.speedup(0.6, 4, 0.1):.3f})")
+assert abs(theory.speedup(0.6, 4, 0.1) - e_hand / 1.4) < 1e-12 and round(e_hand / 1.4, 2) == 1.65
+
+# %% [markdown]
+# **Exercise 2 (code).** Write the break-even draft cost c*(α) = (E(α, γ) − 1)/γ
+# yourself, check it against `theory.break_even_cost` at γ = 4, and show that the
+# curve is not a line: compare its value at α = 0.5 with the straight chord from
+# α = 0 to α = 1.
+#
+# <details><summary>Solution</summary>
+#
+# c*(0) = 0 and c*(1) = γ/γ = 1, so the chord is c = α and gives 0.5 at the
+# midpoint. The curve gives (0.5 + 0.25 + 0.125 + 0.0625)/4 ≈ 0.234: less than
+# half the chord, because at α = 0.5 the third and fourth guesses rarely count.
+#
+# </details>
+
+# %% tags=["solution"]
+def break_even_c(alpha, gamma):
+    return sum(alpha**k for k in range(1, gamma + 1)) / gamma
+
+
+for a in (0.1, 0.5, 0.9):
+    assert abs(break_even_c(a, GAMMA) - float(theory.break_even_cost(a, GAMMA))) < 1e-12
+chord = break_even_c(0.0, GAMMA) + 0.5 * (break_even_c(1.0, GAMMA) - break_even_c(0.0, GAMMA))
+print(f"γ = 4, α = 0.5: curve c* = {break_even_c(0.5, GAMMA):.4f}, chord {chord:.4f}")
+assert break_even_c(0.5, GAMMA) == 0.234375 and chord == 0.5
+
+# %% [markdown]
+# **Exercise 3 (predict, then run).** Before looking at the adaptive table: on
+# the α = 0.4 pair with c = 0.2, which γ should the adaptive drafter settle on?
+# Compute it with `theory.optimal_gamma`, then compare with the most frequent γ
+# in `adaptive_runs[0.4]["history"]`.
+#
+# <details><summary>Solution</summary>
+#
+# At α = 0.4 each extra guess adds 0.4^k tokens and costs 0.2: γ = 1 gives
+# 1.4 / 1.2 ≈ 1.17×, γ = 2 gives 1.56 / 1.4 ≈ 1.11×, and longer drafts are worse.
+# So the best γ is 1, and the drafter, whose estimate of α hovers around 0.4,
+# drafts one token in most rounds.
+#
+# </details>
+
+# %% tags=["solution"]
+best_low = theory.optimal_gamma(0.4, C_ADAPT)[0]
+history_low = adaptive_runs[0.4]["history"]
+most_common = max(set(history_low), key=history_low.count)
+print(f"best γ at α = 0.4, c = {C_ADAPT}: {best_low}; the adaptive drafter's most frequent γ: {most_common}")
+assert best_low == 1 and most_common == best_low
 
 # %% [markdown]
 # ## Checks
@@ -342,11 +500,22 @@ assert loss_case["expected_tokens"] == theory.expected_tokens(0.4, GAMMA) and lo
 assert f'data-key="speedup">{theory.speedup(0.8, GAMMA, 0.05):.4f}<' in explorer.table.value
 # 3. With constant acceptance, the loop behaves as the formula's model says (and the broken twin is caught).
 assert abs(const_alpha - ALPHA_TRUE) < 0.02
-assert abs(const_stats.tau - theory.expected_tokens(ALPHA_TRUE, GAMMA)) < 0.08
+assert abs(const_tau - theory.expected_tokens(ALPHA_TRUE, GAMMA)) < 0.08
 assert fit_true.pvalue > LEVEL and fit_wrong.pvalue < 1e-4 and power_wrong > 0.99
 # 4. Per-context acceptance matches the exact overlap (within 4 standard errors in every context).
 assert np.all(np.abs(measured_by_context - exact_by_context) < 4 * stderr + 1e-9)
 # 5. Temperature: α falls as temperature rises in the constant pair, and stays within the exact band.
+# (checked below, after the break-even and adaptive-γ checks)
+# 6. The break-even boundary is a degree-γ curve, not a line.
+assert abs(float(theory.break_even_cost(0.5, GAMMA)) - 0.234375) < 1e-12
+# 7. Adaptive γ: short drafts for the poor pair, long ones for the good pair, close to the best fixed γ on both,
+#    and better than one fixed γ = 8 where acceptance is poor.
+for a_true, v in adaptive_runs.items():
+    fixed_best = max(s_ for k, s_ in v["speedups"].items() if k != "adaptive")
+    assert v["speedups"]["adaptive"] > 0.9 * fixed_best, (a_true, v["speedups"])
+assert np.median(adaptive_runs[0.4]["history"]) <= 2 and np.median(adaptive_runs[0.9]["history"]) >= 4
+assert adaptive_runs[0.4]["speedups"]["γ = 8"] < 1 < adaptive_runs[0.4]["speedups"]["adaptive"]
+assert adaptive_runs[0.9]["speedups"]["γ = 1"] < 0.85 * adaptive_runs[0.9]["speedups"]["adaptive"]
 assert all(a > b for a, b in zip(sweep["constant pair"], sweep["constant pair"][1:]))
 assert all(lo - 0.02 < a < hi + 0.02 for a, (lo, hi) in zip(sweep["constant pair"], bands))
 print(f"all lesson-3 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")

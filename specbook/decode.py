@@ -56,11 +56,14 @@ class DecodeStats:
 
     Two acceptance figures, because they answer different questions:
 
-    * ``alpha`` = accepted / proposed: the share of all drafted tokens that survived.  Drafts
-      after the first rejection were never tested, and count as lost work.
     * ``acceptance_rate`` = accepted / verified: the chance that a draft that *was* tested
-      survives.  This estimates the alpha of Leviathan et al.'s E[tokens] formula, which
-      assumes every position is accepted independently with the same probability.
+      survives.  This estimates alpha, the acceptance rate of Leviathan et al.'s E[tokens]
+      formula (2023, eq. 1), which assumes every position is accepted independently with the
+      same probability.
+    * ``draft_efficiency`` = accepted / proposed: the share of all drafted tokens that
+      survived.  Drafts after the first rejection were never tested and count as lost work,
+      so it is below the acceptance rate whenever a round stops early.  It is not alpha
+      (docs/glossary.md).
     """
 
     target_passes: int = 0  # verification passes (prefill not counted)
@@ -74,12 +77,14 @@ class DecodeStats:
     position_accepted: list[int] = field(default_factory=list)  # [i]: of those, accepted
 
     @property
-    def alpha(self) -> float:
-        return self.accepted / self.proposed if self.proposed else float("nan")
+    def acceptance_rate(self) -> float:
+        """Accepted / verified drafts: the estimate of alpha."""
+        return self.accepted / self.verified if self.verified else float("nan")
 
     @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.verified if self.verified else float("nan")
+    def draft_efficiency(self) -> float:
+        """Accepted / proposed drafts: the share of the drafting work that survived (not alpha)."""
+        return self.accepted / self.proposed if self.proposed else float("nan")
 
     @property
     def tau(self) -> float:
@@ -124,8 +129,8 @@ class DecodeStats:
 
     def summary(self) -> str:
         return (f"target passes {self.target_passes}, draft passes {self.draft_passes}, "
-                f"alpha {self.alpha:.3f} (accepted/proposed), acceptance rate {self.acceptance_rate:.3f} "
-                f"(accepted/verified), tau {self.tau:.3f} tokens/pass")
+                f"acceptance rate (alpha) {self.acceptance_rate:.3f} (accepted/verified), "
+                f"draft efficiency {self.draft_efficiency:.3f} (accepted/proposed), tau {self.tau:.3f} tokens/pass")
 
 
 @dataclass(frozen=True)

@@ -116,12 +116,12 @@ def test_aggregate_medians_ratios_and_identity():
     by = {(r["drafter"], r["category"]): r for r in runs}
     ng = by[("ngram", "c")]
     assert ng["speedup_vs_autoregressive"] == 3.0  # median of 2.0 and 4.0
-    assert ng["tau"] == round(20 / 9, 4) and ng["alpha"] == round(11 / 36, 4)
+    assert ng["tau"] == round(20 / 9, 4) and ng["draft_efficiency"] == round(11 / 36, 4)
     assert ng["outputs_identical_to_autoregressive"] is False  # p2 differs
     assert ng["output_ids_sha256"] == ["x", "z"] and ng["new_tokens"] == 20 and ng["seconds"] == 2.0
     assert ng["tokens_per_s"] == 10.0 and ng["tokens_per_s_total"] == 10.0
     plain = by[("none", "c")]
-    assert plain["tau"] == 1.0 and plain["alpha"] is None and plain["speedup_vs_autoregressive"] == 1.0
+    assert plain["tau"] == 1.0 and plain["draft_efficiency"] is None and plain["speedup_vs_autoregressive"] == 1.0
     assert plain["outputs_identical_to_autoregressive"] is True
     assert plain["roofline_fraction"] == 0.375  # median of 1/2 and 1/4
     assert ng["gamma"] == 4 and plain["gamma"] is None and ng["dtype"] == "float32"
@@ -321,7 +321,7 @@ def test_bench_smoke_json_schema(tmp_path, smollm2_fetched):
     assert data["roofline"]["weights_bytes"] > 5e8 and data["roofline"]["bandwidth_bytes_per_s"] > 0
     assert {"machine", "target", "runs", "verify_cost", "engine_ratio", "per_prompt"} <= set(data)
     assert {"cpu", "logical_cores", "torch_threads", "torch"} <= set(data["machine"])
-    fields = {"engine", "drafter", "category", "new_tokens", "seconds", "tokens_per_s", "tau", "alpha",
+    fields = {"engine", "drafter", "category", "new_tokens", "seconds", "tokens_per_s", "tau", "draft_efficiency",
               "speedup_vs_autoregressive", "outputs_identical_to_autoregressive", "output_ids_sha256"}
     assert {(r["engine"], r["drafter"], r["category"]) for r in data["runs"]} == {
         (e, d, c) for e in ("specbook", "transformers") for d in ("none", "ngram") for c in ("code_edit", "rag_qa")}

@@ -97,10 +97,10 @@ def test_stats_bookkeeping():
     assert s.emitted == 40 and s.emitted == s.accepted + s.target_passes  # nothing past the budget is counted
     # gamma 4 per pass, except that no draft is asked for past the budget (the last passes ask for fewer)
     assert s.proposed == s.draft_passes and 4 * (s.target_passes - 3) < s.proposed <= 4 * s.target_passes
-    assert abs(s.tau - s.emitted / s.target_passes) < 1e-12 and 0 <= s.alpha <= 1
+    assert abs(s.tau - s.emitted / s.target_passes) < 1e-12 and 0 <= s.draft_efficiency <= 1
     # every pass verifies depth 0, except a last pass asked for no drafts (one token of budget left)
     assert s.target_passes - 1 <= s.position_proposed[0] <= s.target_passes and sum(s.position_accepted) == s.accepted
-    assert s.verified == sum(s.position_proposed) and s.alpha <= s.acceptance_rate
+    assert s.verified == sum(s.position_proposed) and s.draft_efficiency <= s.acceptance_rate
     plain = generate(target, torch.tensor([[0, 1]]), 10).stats
     assert plain.tau == 1.0 and plain.target_passes == 10
 
@@ -109,7 +109,7 @@ def test_identical_draft_accepts_everything():
     target, _ = make_toy_pair(5, 1, seed=3)
     r = speculative_generate(target, DraftModelDrafter(make_toy_pair(5, 1, seed=3)[0]), torch.tensor([0]), 30,
                              SamplingParams(), 4, torch.Generator().manual_seed(0))
-    assert r.stats.alpha == 1.0 and r.stats.tau == 5.0
+    assert r.stats.draft_efficiency == 1.0 and r.stats.tau == 5.0
 
 
 def test_bad_arguments():

@@ -18,10 +18,7 @@ ALPHA_AS_PROPOSED = re.compile(
     r"(\balpha\b|α)[^\n]{0,40}accepted ?/ ?proposed|accepted ?/ ?proposed[^\n]{0,40}(\balpha\b|α)", re.IGNORECASE)
 
 # Files that still use the old meaning; remove an entry when its file is renamed.
-PENDING_RENAME = {
-    "notebooks/01_the_loop.py", "docs/drafters.md", "README.md",
-    "specbook/bench.py", "specbook/decode.py",
-}
+PENDING_RENAME: set[str] = set()
 
 
 def course_files() -> list[Path]:

@@ -498,7 +498,7 @@ SEQ_CASES = [
 def test_tree_sequence_law_equals_target(mode, choices, params, order, own):
     law, observed, result = run_tree_decode(mode, choices, params, order, own_draft=own)
     if own:
-        assert result.stats.alpha > 0.5  # mostly accepted, so leaves' bonus tokens are exercised
+        assert result.stats.draft_efficiency > 0.5  # mostly accepted, so leaves' bonus tokens are exercised
     check_fit(f"speculative_generate tree {mode} {choices} {params} order={order}", law, observed)
 
 

@@ -22,7 +22,7 @@ JSON layout (``--json``)::
     {"machine": {...}, "target": "...", "settings": {..., "dtype", "stop_at_eos"},
      "roofline": {"bandwidth_bytes_per_s", "weights_bytes", ...}, "draft_sizes": {drafter: {...}},
      "runs": [{"engine", "drafter", "category", "dtype", "gamma", "tree_budget", "prompts", "new_tokens",
-               "seconds", "tokens_per_s", "tokens_per_s_total", "tau", "alpha", "speedup_vs_autoregressive",
+               "seconds", "tokens_per_s", "tokens_per_s_total", "tau", "draft_efficiency", "speedup_vs_autoregressive",
                "roofline_fraction", "weight_streaming_limit_tokens_per_s",
                "outputs_identical_to_autoregressive", "differences_are_near_ties",
                "output_ids_sha256": [...]}, ...],
@@ -31,7 +31,7 @@ JSON layout (``--json``)::
 
 Definitions: ``tokens_per_s`` = median over prompts of new tokens / seconds;
 ``tokens_per_s_total`` = new_tokens / seconds; ``tau`` = emitted tokens / target passes;
-``alpha`` = accepted / proposed drafts; ``speedup_vs_autoregressive`` = median over prompts
+``draft_efficiency`` = accepted / proposed drafts (docs/glossary.md); ``speedup_vs_autoregressive`` = median over prompts
 of (plain seconds / this drafter's seconds), same engine; ``roofline_fraction`` = median over
 prompts of tokens/s over the weight-streaming limit (measured read bandwidth / bytes one decode
 step streams: every weight once plus the KV cache at the run's mean context; above 1 only by
@@ -142,7 +142,7 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
                 "tokens_per_s": round(_median(r["new_tokens"] / r["seconds"] for r in group), 3),
                 "tokens_per_s_total": round(new / secs, 3),
                 "tau": round(sum(r["emitted"] for r in group) / passes, 4),
-                "alpha": round(sum(r["accepted"] for r in group) / proposed, 4) if proposed else None,
+                "draft_efficiency": round(sum(r["accepted"] for r in group) / proposed, 4) if proposed else None,
                 "speedup_vs_autoregressive": _round(_median(a["seconds"] / r["seconds"] if a else None
                                                             for a, r in zip(ar, group))),
                 "roofline_fraction": _round(_median(r["roofline_fraction"] for r in group)),
@@ -179,18 +179,18 @@ def engine_ratio(records: list[dict], greedy: bool = True) -> dict | None:
 
 def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curves: dict) -> str:
     w = max([10] + [len(r["drafter"]) + 2 for r in runs + overall])
-    head = (f"{'engine':<13}{'drafter':<{w}}{'category':<17}{'n':>3}{'tok/s':>8}{'roof':>6}{'tau':>7}{'alpha':>7}"
+    head = (f"{'engine':<13}{'drafter':<{w}}{'category':<17}{'n':>3}{'tok/s':>8}{'roof':>6}{'tau':>7}{'eff':>7}"
             f"{'speedup':>9}  same")
     lines = [head, "-" * len(head)]
     for r in sorted(runs + overall, key=lambda r: (r["engine"], r["drafter"], r["category"] == "all", r["category"])):
-        alpha = "-" if r["alpha"] is None else f"{r['alpha']:.2f}"
+        eff = "-" if r["draft_efficiency"] is None else f"{r['draft_efficiency']:.2f}"
         same = {True: "yes", False: "NO", None: "-"}[r["outputs_identical_to_autoregressive"]]
         if same == "NO" and r.get("differences_are_near_ties"):
             same = "tie"  # every difference starts at a near-tie (for the dtype) of the target's top-2 logits
         sp = "-" if r["speedup_vs_autoregressive"] is None else f"{r['speedup_vs_autoregressive']:.2f}x"
         roof = "-" if r["roofline_fraction"] is None else f"{r['roofline_fraction']:.2f}"
         lines.append(f"{r['engine']:<13}{r['drafter']:<{w}}{r['category']:<17}{r['prompts']:>3}"
-                     f"{r['tokens_per_s']:>8.1f}{roof:>6}{r['tau']:>7.2f}{alpha:>7}{sp:>9}  {same}")
+                     f"{r['tokens_per_s']:>8.1f}{roof:>6}{r['tau']:>7.2f}{eff:>7}{sp:>9}  {same}")
     if ratio:
         lines.append(f"\nplain decoding, specbook / transformers tokens/s (median of {ratio['prompts']} prompts): "
                      f"{ratio['specbook_over_transformers_tokens_per_s_median']:.2f} "

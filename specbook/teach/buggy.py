@@ -31,6 +31,8 @@ class MismatchedDraftProbs:
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
         rows = [c.tolist() for c in contexts]
+        if gamma == 0:  # the loop asks for no drafts when one token of budget is left
+            return Draft(torch.zeros(len(rows), 0, dtype=torch.long), torch.zeros(len(rows), 0, self.model.vocab_size))
         tokens, raw = [], []
         for _ in range(gamma):
             logits = torch.stack([self.model.next_logits(r) for r in rows])  # (B, V)
