@@ -42,12 +42,16 @@ from typing import Callable
 import torch
 from tqdm.auto import tqdm
 
-from .protocols import (CountsPasses, Draft, Drafter, SupportsKeep, SupportsObserve, SupportsPrefill,
-                        SupportsSelectRows, Target)
+from .protocols import CountsPasses, Draft, Drafter, SupportsKeep, SupportsObserve, Target
+from .rows import PAD, Rows, drop_rows, pending_tokens, prefill, prompt_device
 from .sampling import SamplingParams, logits_to_probs, sample
-from .validate import check_budget, check_draft, check_gamma, check_max_new_tokens, check_target_logits, eos_ids, prompt_rows
+from .validate import (check_budget, check_draft, check_gamma, check_max_new_tokens, check_target_logits, eos_ids,
+                       prompt_rows)
 from .verify import verify_chain, verify_greedy
 from .verify_tree import keep_indices, verify_tree, verify_tree_greedy
+
+
+__all__ = ["PAD", "DecodeStats", "DecodeStep", "GenerateResult", "generate", "speculative_generate"]
 
 
 @dataclass
@@ -178,115 +182,6 @@ class GenerateResult:
         return [row[:n] for row, n in zip(self.new_tokens.tolist(), self.lengths.tolist())]
 
 
-PAD = -1
-
-
-class _Rows:
-    """Per-row bookkeeping: what each row has emitted, which rows are still live, and when a row ends.
-
-    ``live[s]`` is the original row index held in batch slot ``s``.  A row ends when it has
-    ``max_new_tokens`` new tokens or emits an end token; whatever a step produced after that
-    point is dropped (never emitted, never counted), and the row leaves the batch.
-    """
-
-    def __init__(self, prompts: list[list[int]], max_new_tokens: int, eos: frozenset[int]):
-        self.prompts = prompts
-        self.max_new_tokens = max_new_tokens
-        self.eos = eos
-        self.emitted: list[list[int]] = [[] for _ in prompts]
-        self.live = list(range(len(prompts)))
-
-    def contexts(self, device) -> list[torch.Tensor]:
-        return [torch.tensor(self.prompts[b] + self.emitted[b], dtype=torch.long, device=device) for b in self.live]
-
-    def room(self) -> int:
-        """The most new tokens any live row may still emit."""
-        return max(self.max_new_tokens - len(self.emitted[b]) for b in self.live)
-
-    def extend(self, tokens: list[list[int]], counts: list[int]) -> tuple[list[int], list[int]]:
-        """Append each live slot's ``tokens[s][:counts[s]]``, cut at the budget and after an end token.
-
-        Returns (kept count per slot, slots whose row has now ended)."""
-        kept, ended = [], []
-        for s, (b, row, n) in enumerate(zip(self.live, tokens, counts)):
-            new = row[: min(n, self.max_new_tokens - len(self.emitted[b]))]
-            for i, t in enumerate(new):
-                if t in self.eos:
-                    new = new[: i + 1]
-                    break
-            self.emitted[b].extend(new)
-            kept.append(len(new))
-            if len(self.emitted[b]) >= self.max_new_tokens or (new and new[-1] in self.eos):
-                ended.append(s)
-        return kept, ended
-
-    def result(self, stats: DecodeStats, device) -> GenerateResult:
-        lengths = torch.tensor([len(e) for e in self.emitted], dtype=torch.long, device=device)
-        width = max(len(e) for e in self.emitted)
-        full = max(len(p) + len(e) for p, e in zip(self.prompts, self.emitted))
-        new = torch.tensor([e + [PAD] * (width - len(e)) for e in self.emitted], dtype=torch.long, device=device)
-        seqs = [p + e for p, e in zip(self.prompts, self.emitted)]
-        tokens = torch.tensor([s + [PAD] * (full - len(s)) for s in seqs], dtype=torch.long, device=device)
-        return GenerateResult(tokens, new.reshape(len(seqs), width), stats, lengths)
-
-
-def _prompt_device(prompt) -> torch.device:
-    if isinstance(prompt, torch.Tensor):
-        return prompt.device
-    if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], torch.Tensor):
-        return prompt[0].device
-    return torch.device("cpu")
-
-
-def _prefill(target: Target, rows: list[list[int]], device) -> list[list[int]]:
-    """Reset ``target`` to ``len(rows)`` rows and cache every token of each row but its last.
-
-    Rows of different lengths are padded on the right (with the row's own last token) for one
-    batched prefill, then each row is rolled back to its own length.  Returns, per row, the indices
-    of that forward's tokens that stayed in the cache (what ``observe`` needs)."""
-    target.reset(len(rows))
-    width = max(len(r) for r in rows) - 1
-    if width > 0:
-        padded = torch.tensor([r[:-1] + [r[-1]] * (width - len(r) + 1) for r in rows], device=device)  # (B, W)
-        if isinstance(target, SupportsPrefill):
-            target.prefill(padded)
-        else:
-            target.forward(padded)
-        if any(len(r) - 1 != width for r in rows):
-            target.rollback(torch.tensor([len(r) - 1 for r in rows], dtype=torch.long))
-    return [list(range(len(r) - 1)) for r in rows]
-
-
-def _drop_rows(target: Target, drafter, rows: _Rows, ended: list[int], device) -> None:
-    """Take the ended slots out of the batch, so finished rows cost nothing more.
-
-    Targets and drafters that implement ``select_rows`` shrink their caches in place; a target
-    that does not is rebuilt from the live rows' histories (one prefill), and a drafter that does
-    not re-synchronises from the contexts it is shown, as the Drafter protocol requires."""
-    gone = set(ended)
-    keep = [s for s in range(len(rows.live)) if s not in gone]
-    rows.live = [rows.live[s] for s in keep]
-    if not rows.live:
-        return
-    if isinstance(target, SupportsSelectRows):
-        target.select_rows(keep)
-        if isinstance(drafter, SupportsSelectRows):
-            drafter.select_rows(keep)
-    else:
-        histories = [rows.prompts[b] + rows.emitted[b] for b in rows.live]
-        kept = _prefill(target, histories, device)
-        if isinstance(drafter, SupportsSelectRows):
-            drafter.select_rows(keep)
-        if isinstance(drafter, SupportsObserve):
-            drafter.observe(target, kept)
-
-
-def _pending(rows: _Rows, device) -> torch.Tensor:
-    """Each live row's last token, the one fed first in the next pass (B, 1)."""
-    return torch.tensor([[(rows.prompts[b] + rows.emitted[b])[-1]] for b in rows.live], dtype=torch.long,
-                        device=device)
-
-
 def _check_common(target: Target, prompt, max_new_tokens, params, eos_token_id):
     check_max_new_tokens(max_new_tokens)
     if not isinstance(params, SamplingParams):
@@ -312,11 +207,11 @@ def generate(
     ``max_new_tokens`` or right after it emits a token of ``eos_token_id``, and then leaves the batch.
     """
     prompts, eos = _check_common(target, prompt, max_new_tokens, params, eos_token_id)
-    device = _prompt_device(prompt)
-    rows = _Rows(prompts, max_new_tokens, eos)
+    device = prompt_device(prompt)
+    rows = Rows(prompts, max_new_tokens, eos)
     stats = DecodeStats()
-    _prefill(target, prompts, device)
-    pending = _pending(rows, device)  # (B, 1)
+    prefill(target, prompts, device)
+    pending = pending_tokens(rows, device)  # (B, 1)
     bar = tqdm(total=max_new_tokens, disable=not progress, desc="generate")
     while rows.live:
         B = len(rows.live)
@@ -329,10 +224,11 @@ def generate(
         bar.update(1)
         pending = nxt[:, None].to(device)
         if ended:
-            _drop_rows(target, None, rows, ended, device)
-            pending = _pending(rows, device) if rows.live else pending
+            drop_rows(target, None, rows, ended, device)
+            pending = pending_tokens(rows, device) if rows.live else pending
     bar.close()
-    return rows.result(stats, device)
+    tokens, new_tokens, lengths = rows.result(device)
+    return GenerateResult(tokens, new_tokens, stats, lengths)
 
 
 def speculative_generate(
@@ -368,14 +264,14 @@ def speculative_generate(
     check_gamma(gamma)
     if on_step is not None and not callable(on_step):
         raise TypeError(f"on_step must be a callable or None, got {type(on_step).__name__}")
-    device = _prompt_device(prompt)
-    rows = _Rows(prompts, max_new_tokens, eos)
+    device = prompt_device(prompt)
+    rows = Rows(prompts, max_new_tokens, eos)
     stats = DecodeStats()
     passes_before = drafter.passes if isinstance(drafter, CountsPasses) else 0
-    kept = _prefill(target, prompts, device)
+    kept = prefill(target, prompts, device)
     if isinstance(drafter, SupportsObserve):
         drafter.observe(target, kept)  # the prefilled prompt, pending excluded
-    pending = _pending(rows, device)  # (B, 1)
+    pending = pending_tokens(rows, device)  # (B, 1)
     bar = tqdm(total=max_new_tokens, disable=not progress, desc="speculative")
     while rows.live:
         B, V = len(rows.live), target.vocab_size
@@ -397,11 +293,12 @@ def speculative_generate(
             on_step(DecodeStep(slots, draft, logits, probs, tokens, num_emitted, counts, path))
         pending = tokens.gather(1, (num_emitted - 1)[:, None]).to(device)  # (B, 1)
         if ended:
-            _drop_rows(target, drafter, rows, ended, device)
-            pending = _pending(rows, device) if rows.live else pending
+            drop_rows(target, drafter, rows, ended, device)
+            pending = pending_tokens(rows, device) if rows.live else pending
         bar.update(min((len(rows.emitted[b]) for b in rows.live), default=max_new_tokens) - done)
     bar.close()
-    return rows.result(stats, device)
+    tokens, new_tokens, lengths = rows.result(device)
+    return GenerateResult(tokens, new_tokens, stats, lengths)
 
 
 def _verify_step(target: Target, draft: Draft, pending: torch.Tensor, params: SamplingParams,

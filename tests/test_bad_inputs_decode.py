@@ -16,31 +16,17 @@ from specbook.sampling import GREEDY, SamplingParams
 from specbook.toy import make_toy_pair
 
 from refusal import refuses
+from wrapped import WrappedTarget
 
 V = 6
 
 
-class Counting:
+class Counting(WrappedTarget):
     """A toy target that counts its forward passes and can be told to misbehave."""
 
     def __init__(self, inner, max_length=None, corrupt=None):
-        self.inner, self.vocab_size, self.max_length, self.corrupt, self.forwards = inner, inner.vocab_size, max_length, corrupt, 0
-
-    def reset(self, batch_size):
-        self.inner.reset(batch_size)
-
-    @property
-    def cache_lengths(self):
-        return self.inner.cache_lengths
-
-    def rollback(self, lengths):
-        self.inner.rollback(lengths)
-
-    def select_rows(self, rows):
-        self.inner.select_rows(rows)
-
-    def keep(self, indices):
-        self.inner.keep(indices)
+        super().__init__(inner)
+        self.max_length, self.corrupt, self.forwards = max_length, corrupt, 0
 
     def forward(self, tokens, parents=None):
         self.forwards += 1
@@ -80,7 +66,7 @@ BAD_DRAFTS = [
     ("None", lambda B: None, "Draft", "None"),
     ("a list of tokens", lambda B: Draft([[1, 2]] * B), "Draft.tokens", "list"),
     ("1-D tokens", lambda B: Draft(torch.tensor([1, 2])), "Draft.tokens", "(2,)"),
-    ("wrong batch", lambda B: Draft(torch.zeros(B + 1, 2, dtype=torch.long)), "Draft.tokens", f"B = 1"),
+    ("wrong batch", lambda B: Draft(torch.zeros(B + 1, 2, dtype=torch.long)), "Draft.tokens", "B = 1"),
     ("float tokens", lambda B: Draft(torch.zeros(B, 2)), "Draft.tokens", "float32"),
     ("bool tokens", lambda B: Draft(torch.zeros(B, 2, dtype=torch.bool)), "Draft.tokens", "bool"),
     ("token past the vocabulary", lambda B: Draft(torch.full((B, 2), V)), "vocabulary", f"max {V}"),

@@ -16,6 +16,7 @@ from specbook.sampling import GREEDY, SamplingParams
 from specbook.toy import make_toy_pair
 
 from statfamily import check_fit, check_rejects
+from wrapped import WrappedTarget
 
 PROMPTS = [[1, 2, 3, 1, 2], [4], [2, 2, 5, 1, 2, 3, 1, 2, 3], [3, 1]]
 
@@ -44,24 +45,10 @@ def test_result_padding_and_lengths():
         assert (out.new_tokens[b, len(seq):] == PAD).all()
 
 
-class CountingTarget:
-    """Wraps a target and counts the rows each forward pass computes (finished rows must cost nothing)."""
+class CountingTarget(WrappedTarget):
+    """Counts the rows each forward pass computes (finished rows must cost nothing)."""
 
-    def __init__(self, inner):
-        self.inner, self.vocab_size, self.rows_computed = inner, inner.vocab_size, 0
-
-    def reset(self, batch_size):
-        self.inner.reset(batch_size)
-
-    @property
-    def cache_lengths(self):
-        return self.inner.cache_lengths
-
-    def rollback(self, lengths):
-        self.inner.rollback(lengths)
-
-    def select_rows(self, rows):
-        self.inner.select_rows(rows)
+    rows_computed = 0
 
     def forward(self, tokens, parents=None):
         self.rows_computed += tokens.shape[0]

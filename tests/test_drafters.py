@@ -37,6 +37,7 @@ from specbook.toy import make_toy_pair
 from specbook.train.data import teacher_replies
 from specbook.train.distill import DistillConfig, evaluate, train_draft
 from statfamily import check_fit, check_rejects
+from wrapped import WrappedTarget
 
 MIN_MARGIN = 1e-3  # smallest top-2 logit gap allowed along the greedy reference trajectories
 
@@ -214,30 +215,20 @@ def test_adaptive_gamma_sequence_law_equals_target():
 
 # ------------------------------------------------------------------------------ reduced vocabulary
 
-class MaskedDraft:
+class MaskedDraft(WrappedTarget):
     """A toy draft model whose vocabulary is cut to ``keep`` (logits -inf elsewhere), like ReducedHead.
 
     ``report_full=True`` is the broken twin: it samples from the cut distribution but reports
     the uncut one to the verifier."""
 
     def __init__(self, model, keep, report_full=False):
-        self.model, self.keep, self.report_full = model, torch.tensor(keep), report_full
-        self.vocab_size = model.vocab_size
-
-    def reset(self, b):
-        self.model.reset(b)
-
-    @property
-    def cache_lengths(self):
-        return self.model.cache_lengths
-
-    def rollback(self, lengths):
-        self.model.rollback(lengths)
+        super().__init__(model)
+        self.model, self.keep_ids, self.report_full = model, torch.tensor(keep), report_full
 
     def forward(self, tokens, parents=None):
         logits = self.model.forward(tokens)
         out = torch.full_like(logits, float("-inf"))
-        out[..., self.keep] = logits[..., self.keep]
+        out[..., self.keep_ids] = logits[..., self.keep_ids]
         return out
 
 
