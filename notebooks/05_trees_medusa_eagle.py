@@ -66,7 +66,7 @@ from specbook.drafters.medusa import MedusaDrafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.sampling import GREEDY, SamplingParams
 from specbook.bench.timing import verify_cost_curve
-from specbook.teach import plots
+from specbook.teach import diagrams, plots
 from specbook.teach.plots import draw_tree
 from specbook.tree import from_paths, leaf_paths, tree_mask
 from specbook.verify import verify_greedy
@@ -214,7 +214,7 @@ fig
 # is conditioned on the previous one.
 
 # %%
-plots.draw_medusa_eagle(num_heads=3)
+diagrams.draw_medusa_eagle(num_heads=3)
 
 # %% [markdown]
 # ## 4. Train a tiny Medusa and a tiny EAGLE, live

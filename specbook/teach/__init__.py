@@ -7,6 +7,7 @@ models, the drafters and the checker; nothing below imports it).
 * :mod:`~specbook.teach.buggy`       a drafter with the sampling-parameter bug
 * :mod:`~specbook.teach.acceptance`  constant-acceptance pairs, accepted-count law, per-context overlap
 * :mod:`~specbook.teach.plots`       the lessons' matplotlib figures (tree drawing included)
+* :mod:`~specbook.teach.diagrams`    Medusa and EAGLE drawn side by side
 * :mod:`~specbook.teach.widgets`     the ipywidgets explorers
 * :mod:`~specbook.teach.tour`        ``python -m specbook tour``
 * :mod:`~specbook.teach.streamer`    tokens shown as they are accepted, coloured by kind (``on_step``)
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 
-_SUBMODULES = {"trace", "html", "rules", "buggy", "acceptance", "plots", "widgets", "tour", "streamer"}
+_SUBMODULES = {"trace", "html", "rules", "buggy", "acceptance", "plots", "diagrams", "widgets", "tour", "streamer"}
 
 
 def __getattr__(name: str):

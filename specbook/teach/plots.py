@@ -26,7 +26,6 @@ from .trace import Trace
 __all__ = [
     "LessonFigure", "new_figure", "figure_to_png", "plot_trace", "plot_laws", "plot_bias", "plot_emission", "plot_yield",
     "plot_speedup", "plot_break_even", "plot_roofline", "plot_explorer", "plot_curves", "draw_tree",
-    "draw_medusa_eagle",
 ]
 
 
@@ -44,7 +43,7 @@ def new_figure(width: float = 6.4, height: float = 4.0) -> Figure:
     return fig
 
 
-def _axes(ax, width=6.4, height=4.0):
+def lesson_axes(ax, width=6.4, height=4.0):
     if ax is None:
         fig = new_figure(width, height)
         return fig, fig.add_subplot()
@@ -83,7 +82,7 @@ def plot_trace(trace: Trace, token_names: Sequence[str] | None = None, max_steps
         raise ValueError(f"trace must be a specbook.teach.trace.Trace, got {type(trace).__name__}")
     steps = trace.steps[:max_steps]
     width = max((len(s.kinds()) for s in steps), default=1)
-    fig, ax = _axes(ax, max(4.8, 1.2 + 0.62 * width), 1.3 + 0.36 * len(steps))
+    fig, ax = lesson_axes(ax, max(4.8, 1.2 + 0.62 * width), 1.3 + 0.36 * len(steps))
     names = token_names if token_names is not None else trace.token_names
     for row, step in enumerate(steps):
         y = len(steps) - 1 - row
@@ -121,7 +120,7 @@ def plot_laws(target_probs, laws: Mapping[str, object], token_names: Sequence[st
     for name, vec in vectors.items():
         if vec.size != V:
             raise ValueError(f"laws[{name!r}] has {vec.size} entries, target_probs has {V}")
-    fig, ax = _axes(ax, 7.5, 3.8)
+    fig, ax = lesson_axes(ax, 7.5, 3.8)
     series = {"target p": p, **vectors}
     width = 0.8 / len(series)
     x = np.arange(V)
@@ -140,7 +139,7 @@ def plot_bias(target_probs, laws: Mapping[str, object], token_names: Sequence[st
               ax=None, title: str | None = None) -> Figure:
     """Grouped bars of each rule's exact law minus p: zero everywhere for a lossless rule."""
     p = _vector(target_probs, "target_probs")
-    fig, ax = _axes(ax, 7.5, 3.2)
+    fig, ax = lesson_axes(ax, 7.5, 3.2)
     width = 0.8 / max(len(laws), 1)
     x = np.arange(p.size)
     for i, (name, law) in enumerate(laws.items()):
@@ -166,7 +165,7 @@ def plot_emission(target_probs, counts, law=None, token_names: Sequence[str] | N
         raise ValueError(f"counts has {c.size} entries, target_probs has {p.size}")
     if c.sum() <= 0:
         raise ValueError("counts must contain at least one observation")
-    fig, ax = _axes(ax, 6.4, 3.4)
+    fig, ax = lesson_axes(ax, 6.4, 3.4)
     x = np.arange(p.size)
     ax.bar(x, c / c.sum(), 0.7, color="#8fb8de", label=f"emitted (n = {int(c.sum())})")
     ax.scatter(x, p, marker="_", s=600, color="black", linewidths=2.5, label="target p", zorder=3)
@@ -192,7 +191,7 @@ def plot_yield(alphas: Sequence[float] = (0.5, 0.6, 0.7, 0.8, 0.9), max_gamma: i
         raise ValueError(f"max_gamma must be an int >= 1, got {max_gamma!r}")
     gammas = np.arange(max_gamma + 1)
     table = theory.yield_table(alphas, gammas)  # (A, G)
-    fig, ax = _axes(ax)
+    fig, ax = lesson_axes(ax)
     for alpha, row in zip(np.atleast_1d(alphas), table):
         line, = ax.plot(gammas, row, marker="o", ms=3, label=f"α = {alpha:g}")
         if show_limits and alpha < 1:
@@ -208,7 +207,7 @@ def plot_speedup(alpha: float, cs: Sequence[float] = (0.05, 0.15, 0.3), max_gamm
                  verify_cost: float = 1.0, ax=None) -> Figure:
     """Speedup over plain decoding against gamma, one curve per draft cost c; optimum marked."""
     gammas = np.arange(1, max_gamma + 1)
-    fig, ax = _axes(ax)
+    fig, ax = lesson_axes(ax)
     for c in cs:
         s = np.asarray(theory.speedup(alpha, gammas, c, verify_cost))
         line, = ax.plot(gammas, s, marker="o", ms=3, label=f"c = {c:g}")
@@ -231,7 +230,7 @@ def plot_break_even(gammas: Sequence[int] = (1, 2, 4, 8), verify_cost: float = 1
     ``points`` are (alpha, c) pairs to mark (for example the lesson's worked cases).
     """
     alphas = np.linspace(0.0, 0.99, 200)
-    fig, ax = _axes(ax)
+    fig, ax = lesson_axes(ax)
     for g in gammas:
         ax.plot(alphas, np.asarray(theory.break_even_cost(alphas, g, verify_cost)), label=f"γ = {g}")
     for a, c in points:
@@ -251,7 +250,7 @@ def plot_roofline(rows: Sequence[Mapping], ax=None) -> Figure:
     """Arithmetic intensity of each (batch, gamma) pass against the ridge point (log scale)."""
     if not rows:
         raise ValueError("rows must not be empty")
-    fig, ax = _axes(ax, 6.4, 3.2)
+    fig, ax = lesson_axes(ax, 6.4, 3.2)
     labels = [f"batch {r['batch']}, γ={r['gamma']}" for r in rows]
     vals = [r["intensity"] for r in rows]
     colours = ["#c0392b" if r["compute_bound"] else "#27ae60" for r in rows]
@@ -270,7 +269,7 @@ def plot_explorer(alpha: float, gamma: int, c: float, verify_cost: float = 1.0, 
                   ax=None) -> Figure:
     """The yield explorer's picture: E[tokens] and speedup against gamma, current gamma marked."""
     gammas = np.arange(max_gamma + 1)
-    fig, ax = _axes(ax, 6.0, 3.4)
+    fig, ax = lesson_axes(ax, 6.0, 3.4)
     e = np.asarray(theory.expected_tokens(alpha, gammas))
     s = np.asarray(theory.speedup(alpha, gammas, c, verify_cost))
     ax.plot(gammas, e, marker="o", ms=3, color="#1f77b4", label="E[tokens] per pass")
@@ -291,7 +290,7 @@ def plot_curves(x: Sequence[float], curves: Mapping[str, Sequence[float]], xlabe
                 title: str | None = None, ax=None, styles: Mapping[str, Mapping] | None = None) -> Figure:
     """A few labelled curves over a shared x (measured against predicted, for example)."""
     xs = np.asarray(x, dtype=np.float64)
-    fig, ax = _axes(ax)
+    fig, ax = lesson_axes(ax)
     for name, ys in curves.items():
         ys = np.asarray(ys, dtype=np.float64)
         if ys.shape != xs.shape:
@@ -372,51 +371,4 @@ def draw_tree(parents: torch.Tensor, tokens: Sequence | None = None, context_len
     if context_length:
         ax_mask.axvline(context_length - 0.5, color="k", lw=1)
     ax_mask.set_title("attention mask (row attends to column)", fontsize=9)
-    return fig
-
-
-def draw_medusa_eagle(num_heads: int = 3, ax=None) -> Figure:
-    """Medusa (Cai et al., 2024) and EAGLE (Li et al., 2024) side by side, as block diagrams.
-
-    Left: the target reads x_1..x_t; its last feature z_t feeds ``num_heads`` Medusa heads at once,
-    head k guessing x_{t+k+1} (k tokens after the target's own next token x_{t+1}), none seeing
-    another's guess.  Right: EAGLE's one-layer head reads the pair (z_t, x_{t+1}) and predicts the
-    next feature, which with the token drafted from it forms the next pair: an autoregressive chain.
-    """
-    if not isinstance(num_heads, int) or not 1 <= num_heads <= 6:
-        raise ValueError(f"num_heads must be an int in 1..6, got {num_heads!r}")
-    fig, ax = _axes(ax, 10.0, 4.2)
-    ax.set_xlim(0, 20)
-    ax.set_ylim(0, 9)
-    ax.axis("off")
-
-    def box(x, y, w, h, text, colour):
-        ax.add_patch(Rectangle((x, y), w, h, facecolor=colour, edgecolor="black", lw=0.8))
-        ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=7)
-
-    def arrow(x0, y0, x1, y1):
-        ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", lw=0.8))
-
-    for left, title in ((0.0, "Medusa: K heads on one feature, in parallel"),
-                        (10.5, "EAGLE: one head, autoregressive on features")):
-        ax.text(left + 4.5, 8.6, title, ha="center", fontsize=9, weight="bold")
-        box(left + 0.5, 0.4, 8.0, 1.2, "target (frozen): x_1 … x_t  →  30 blocks", "#dddddd")
-        box(left + 0.5, 2.2, 3.0, 1.0, "z_t (last feature)", "#cfe3f7")
-        box(left + 5.5, 2.2, 3.0, 1.0, "LM head → x_{t+1}", "#dddddd")
-        arrow(left + 2.0, 1.6, left + 2.0, 2.2)
-        arrow(left + 7.0, 1.6, left + 7.0, 2.2)
-    for k in range(1, num_heads + 1):  # Medusa: every head reads z_t
-        x = 0.3 + (k - 1) * 8.6 / num_heads
-        box(x, 4.6, 8.6 / num_heads - 0.3, 1.1, f"head {k}\n→ x_{{t+{k + 1}}}", "#fde2c8")
-        arrow(2.0, 3.2, x + 4.3 / num_heads, 4.6)
-    ax.text(4.5, 6.4, "guesses cannot see each other:\ntop-s of each head form a tree", ha="center", fontsize=7)
-    for j in range(3):  # EAGLE: the pair (feature, next token) -> next feature, fed back
-        y = 4.0 + 1.5 * j
-        box(11.0, y, 3.6, 1.0, f"[ẑ_{{t+{j}}} ; e(x_{{t+{j + 1}}})]" if j else "[z_t ; e(x_{t+1})]", "#cfe3f7")
-        box(15.3, y, 3.6, 1.0, f"1 layer → ẑ_{{t+{j + 1}}} → x_{{t+{j + 2}}}", "#d5f0d5")
-        arrow(14.6, y + 0.5, 15.3, y + 0.5)
-        if j < 2:
-            arrow(17.1, y + 1.0, 12.8, y + 1.5)
-    arrow(12.5, 3.2, 12.8, 4.0)
-    arrow(17.0, 3.2, 12.8, 4.0)
     return fig
