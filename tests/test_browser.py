@@ -59,7 +59,7 @@ from browser_page import (
     scroll_cell_to_top, slider, slider_value, wait_until,
 )
 from browser_server import (
-    CHROMIUM, CHROMIUM_ARGS, STEP_S, Watchdog, require_browser_tools, start_lab, stop_lab,
+    STEP_S, Watchdog, require_browser_tools, start_lab, stop_lab,
 )
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
@@ -83,21 +83,6 @@ def lab(tmp_path_factory):
         yield server
     finally:
         stop_lab(server)
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """Headless Debian Chromium, driven by playwright; always closed."""
-    require_browser_tools()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=STEP_S * 1000)
-        try:
-            yield browser
-        finally:
-            with contextlib.suppress(Exception):  # already gone if the watchdog fired
-                browser.close()
 
 
 @pytest.fixture

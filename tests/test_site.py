@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from browser_server import CHROMIUM, CHROMIUM_ARGS, STEP_S, require_browser_tools
+from browser_server import STEP_S
 
 ROOT = Path(__file__).resolve().parents[1]
 # A hard stop, not a target: five lessons in fast mode, one after another, on two cores
@@ -65,21 +65,6 @@ _OUTPUT_TEXT_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output'
 
 _ERROR_WORD = re.compile(r"Traceback|\b\w*Error\b")
 _CHECKS_PASSED = re.compile(r"all lesson-\d+ checks passed .*\(fast mode: True\)")
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """Headless Debian Chromium, driven by playwright; always closed."""
-    require_browser_tools()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, timeout=STEP_S * 1000)
-        try:
-            yield browser
-        finally:
-            with contextlib.suppress(Exception):
-                browser.close()
 
 
 @pytest.fixture
