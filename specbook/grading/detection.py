@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass, replace
 
 import numpy as np
-import torch
 from scipy import stats as _sps
 
 from ..laws import conditional_emission_law
+from ..progress import progress_bar
 from .engine import Collected, Plan, case_seed
 from .report import Check, Report, judge_family
 
@@ -122,12 +122,14 @@ def null_report(plan: Plan, seed: int, alpha: float = 1e-3) -> Report:
                   0, 0.0, {}, family)
 
 
-def null_simulation(plan: Plan, reps: int, alpha: float = 1e-3) -> dict:
-    """How many of ``reps`` simulated null reports fail (each verdict), and the rejections at larger levels."""
+def null_simulation(plan: Plan, reps: int, alpha: float = 1e-3, progress: bool = True) -> dict:
+    """How many of ``reps`` simulated null reports fail (each verdict), and the rejections at larger levels.
+
+    ``progress``: a bar on a terminal (``SPECBOOK_PROGRESS=0`` turns it off everywhere)."""
     minp, fails, lossless_fails = [], 0, 0
     family = sum(plan.n_laws(c) for c in plan.cases)
     t0 = time.perf_counter()
-    for r in range(reps):
+    for r in progress_bar(range(reps), disable=not progress, desc="null simulation", unit="rep"):
         rep = null_report(plan, r, alpha)
         fails += not rep.standard
         lossless_fails += not rep.lossless
