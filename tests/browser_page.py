@@ -271,8 +271,14 @@ def slider(lesson: Lesson, scope, label: str):
 
 
 def slider_value(sl) -> float:
-    """The value the slider's readout shows (what the student reads)."""
-    return float(sl.locator(".widget-readout").inner_text().strip())
+    """The value the slider's readout shows (what the student reads), once the widget has drawn it."""
+    readout = sl.locator(".widget-readout")
+    deadline = time.monotonic() + STEP_S
+    text = readout.inner_text().strip()
+    while not text and time.monotonic() < deadline:  # a freshly rendered slider may show an empty readout
+        time.sleep(0.1)
+        text = readout.inner_text().strip()
+    return float(text)
 
 
 def press_keys(lesson: Lesson, sl, key: str, times: int) -> None:
