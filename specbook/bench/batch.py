@@ -41,7 +41,7 @@ from ..models.chat import chat_ids
 from ..sampling import SamplingParams
 from . import batch_costs
 from .batch_traces import run_traces
-from .cli import machine_info
+from .results import machine_info
 from .registry import DRAFTERS, get_drafter
 from .workloads import load_prompts, select
 

@@ -44,10 +44,8 @@ Greedy runs whose output differs from plain decoding get a ``divergence`` entry 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import platform
 import statistics
 import sys
 from pathlib import Path
@@ -61,6 +59,7 @@ from ..sampling import SamplingParams
 from .engines import RunResult, SpecbookEngine, TransformersEngine
 from .arguments import check_device, check_json_path, parse_gamma
 from .registry import DRAFTERS, get_drafter
+from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256, machine_info
 from .sizing import size_chain, size_tree
 from .timing import add_roofline, memory_read_bandwidth, verify_cost_curve
 from .workloads import load_prompts, select
@@ -72,137 +71,6 @@ CURVE_CONTEXT = 128  # cached tokens before the timed forward of the verify-cost
 CURVE_POSITIONS = 17  # n = 1..17 new positions
 DEFAULT_GAMMA = 4  # chains when the verify-cost curve is skipped (--curve-reps 0)
 MAX_GAMMA = 16  # the longest chain --gamma auto may choose (17 positions: the curve's end)
-
-
-def ids_sha256(ids: list[int]) -> str:
-    """SHA-256 hex digest of token ids written as comma-separated decimal integers."""
-    return hashlib.sha256(",".join(str(int(i)) for i in ids).encode("ascii")).hexdigest()
-
-
-def machine_info(device: str) -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import transformers
-
-    info = {"cpu": cpu, "logical_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "platform": platform.platform(), "device": str(device)}
-    if torch.device(device).type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    if hasattr(os, "getloadavg"):
-        info["load_average_start"] = round(os.getloadavg()[0], 2)
-    return info
-
-
-def _median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def explain_differences(model, records: list[dict], outputs: dict, prompt_ids: dict) -> None:
-    """Greedy runs: give every record whose output differs from its engine's plain output a
-    ``divergence`` entry (first differing token, the target's top-2 logit gap there, and whether
-    that is a near tie for the model's dtype: ``crosscheck.tie_gap_for``).  A tree or chain pass
-    sums in a different order than a one-token pass, so where the top two logits nearly tie the
-    argmax can flip; anything else would be a bug.  Differences are explained, never hidden."""
-    from .crosscheck import explain_divergence
-
-    for r in records:
-        plain = outputs.get((r["engine"], "none", r["id"]))
-        if r["drafter"] == "none" or plain is None:
-            continue
-        d = explain_divergence(model, prompt_ids[r["id"]], plain, outputs[(r["engine"], r["drafter"], r["id"])])
-        if d is not None:
-            r["divergence"] = {"position": d.position, "gap": d.gap, "spread": d.spread, "near_tie": d.is_tie,
-                               "description": d.describe()}
-
-
-def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]]:
-    """Per-prompt records -> one row per (engine, drafter, category) and one per (engine, drafter)."""
-    base = {(r["engine"], r["id"]): r for r in records if r["drafter"] == "none"}
-
-    def row(group: list[dict], category: str) -> dict:
-        first = group[0]
-        new = sum(r["new_tokens"] for r in group)
-        secs = sum(r["seconds"] for r in group)
-        passes, proposed = sum(r["passes"] for r in group), sum(r["proposed"] for r in group)
-        ar = [base.get((r["engine"], r["id"])) for r in group]
-        identical = all(a is not None and a["sha256"] == r["sha256"] for a, r in zip(ar, group)) if greedy else None
-        differing = [r for a, r in zip(ar, group) if a is not None and a["sha256"] != r["sha256"]]
-        ties = (all(r.get("divergence", {}).get("near_tie") for r in differing) if greedy and differing else None)
-        return {"engine": first["engine"], "drafter": first["drafter"], "category": category,
-                "dtype": first["dtype"], "gamma": first["gamma"], "tree_budget": first["tree_budget"],
-                "prompts": len(group), "new_tokens": new, "seconds": round(secs, 4),
-                "tokens_per_s": round(_median(r["new_tokens"] / r["seconds"] for r in group), 3),
-                "tokens_per_s_total": round(new / secs, 3),
-                "tau": round(sum(r["emitted"] for r in group) / passes, 4),
-                "draft_efficiency": round(sum(r["accepted"] for r in group) / proposed, 4) if proposed else None,
-                "speedup_vs_autoregressive": _round(_median(a["seconds"] / r["seconds"] if a else None
-                                                            for a, r in zip(ar, group))),
-                "roofline_fraction": _round(_median(r["roofline_fraction"] for r in group)),
-                "weight_streaming_limit_tokens_per_s": _round(_median(r["limit_tokens_per_s"] for r in group), 2),
-                "outputs_identical_to_autoregressive": identical,
-                "differences_are_near_ties": ties,
-                "output_ids_sha256": [r["sha256"] for r in group]}
-
-    groups: dict[tuple, list[dict]] = {}
-    overall: dict[tuple, list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["engine"], r["drafter"], r["category"]), []).append(r)
-        overall.setdefault((r["engine"], r["drafter"]), []).append(r)
-    return ([row(g, key[2]) for key, g in groups.items()], [row(g, "all") for g in overall.values()])
-
-
-def _round(x, nd=4):
-    return None if x is None else round(x, nd)
-
-
-def engine_ratio(records: list[dict], greedy: bool = True) -> dict | None:
-    """specbook vs transformers plain decoding, median of per-prompt tokens/s ratios, side by side."""
-    sb = {r["id"]: r for r in records if r["engine"] == "specbook" and r["drafter"] == "none"}
-    tf = {r["id"]: r for r in records if r["engine"] == "transformers" and r["drafter"] == "none"}
-    both = [i for i in sb if i in tf]
-    if not both:
-        return None
-    ratios = [tf[i]["seconds"] / sb[i]["seconds"] for i in both]
-    same = sum(sb[i]["sha256"] == tf[i]["sha256"] for i in both) if greedy else None  # sampled outputs differ
-    return {"specbook_over_transformers_tokens_per_s_median": round(statistics.median(ratios), 4),
-            "min": round(min(ratios), 4), "max": round(max(ratios), 4), "prompts": len(both),
-            "identical_plain_outputs": same}
-
-
-def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curves: dict) -> str:
-    w = max([10] + [len(r["drafter"]) + 2 for r in runs + overall])
-    head = (f"{'engine':<13}{'drafter':<{w}}{'category':<17}{'n':>3}{'tok/s':>8}{'roof':>6}{'tau':>7}{'eff':>7}"
-            f"{'speedup':>9}  same")
-    lines = [head, "-" * len(head)]
-    for r in sorted(runs + overall, key=lambda r: (r["engine"], r["drafter"], r["category"] == "all", r["category"])):
-        eff = "-" if r["draft_efficiency"] is None else f"{r['draft_efficiency']:.2f}"
-        same = {True: "yes", False: "NO", None: "-"}[r["outputs_identical_to_autoregressive"]]
-        if same == "NO" and r.get("differences_are_near_ties"):
-            same = "tie"  # every difference starts at a near-tie (for the dtype) of the target's top-2 logits
-        sp = "-" if r["speedup_vs_autoregressive"] is None else f"{r['speedup_vs_autoregressive']:.2f}x"
-        roof = "-" if r["roofline_fraction"] is None else f"{r['roofline_fraction']:.2f}"
-        lines.append(f"{r['engine']:<13}{r['drafter']:<{w}}{r['category']:<17}{r['prompts']:>3}"
-                     f"{r['tokens_per_s']:>8.1f}{roof:>6}{r['tau']:>7.2f}{eff:>7}{sp:>9}  {same}")
-    if ratio:
-        lines.append(f"\nplain decoding, specbook / transformers tokens/s (median of {ratio['prompts']} prompts): "
-                     f"{ratio['specbook_over_transformers_tokens_per_s_median']:.2f} "
-                     f"(range {ratio['min']:.2f}-{ratio['max']:.2f})"
-                     + ("" if ratio["identical_plain_outputs"] is None else
-                        f"; identical outputs on {ratio['identical_plain_outputs']}/{ratio['prompts']} prompts"))
-    for engine, c in curves.items():
-        v = c["v"]
-        pick = [n for n in (2, 3, 5, 9, 17) if n <= len(v)]
-        lines.append(f"verify cost {engine:<13} " + "  ".join(f"v({n})={v[n - 1]:.2f}" for n in pick)
-                     + f"   (t(1) = {1000 * c['seconds'][0]:.1f} ms, context {c['context']})")
-    return "\n".join(lines)
 
 
 def parse_args(argv):
