@@ -385,19 +385,10 @@ def test_watchdog_turns_a_hang_into_a_failure():
 
 def batching_table_from_roofline(batch: int, gamma: int, alpha: float, c: float, hardware: str,
                                  dtype: str) -> dict[str, str]:
-    """What the batching table must show for these inputs (7B model), computed here by specbook.roofline."""
-    from specbook import roofline
+    """What the batching table must show for these inputs (7B model), computed by specbook.roofline."""
+    from test_batching_widget import expected
 
-    hw, nbytes = roofline.PRESETS[hardware], roofline.DTYPE_BYTES[dtype]
-    p = roofline.predict(hw, dtype, batch, gamma, alpha, c, 7e9, nbytes)
-    cross = roofline.predicted_crossover(hw, dtype, 7e9, nbytes, alpha, gamma, c, range(1, 257))
-    return {
-        "intensity": f"{p.intensity:.1f}", "ridge": f"{p.ridge:.1f}", "ridge_fraction": f"{p.ridge_fraction:.1%}",
-        "plain_tokens_per_s": f"{p.plain_tokens_per_s:.1f}", "plain_ms_per_token": f"{p.plain_ms_per_token:.3f}",
-        "spec_tokens_per_s": f"{p.spec_tokens_per_s:.1f}", "spec_ms_per_token": f"{p.spec_ms_per_token:.3f}",
-        "speedup": f"{p.speedup:.3f}", "verify_cost": f"{p.verify_cost:.3f}",
-        "wasted_fraction": f"{p.wasted_fraction:.1%}", "crossover": "none" if cross is None else str(cross),
-    }
+    return expected(batch, gamma, alpha, c, hardware, dtype)
 
 
 @functools.lru_cache(maxsize=None)
