@@ -103,18 +103,10 @@ def page(chromium, lab):
 
 @functools.lru_cache(maxsize=None)
 def yield_table_from_theory(alpha: float, gamma: int, c: float, v: float) -> dict[str, str]:
-    """What the yield table must show for these inputs, computed here by specbook.theory."""
-    from specbook import theory
+    """What the yield table must show for these inputs, computed by specbook.theory."""
+    from test_widgets import yield_expected
 
-    best_gamma, best_speedup = theory.optimal_gamma(alpha, c, v)
-    return {
-        "expected_tokens": f"{theory.expected_tokens(alpha, gamma):.4f}",
-        "speedup": f"{theory.speedup(alpha, gamma, c, v):.4f}",
-        "limit": f"{theory.expected_tokens_limit(alpha):.4f}",
-        "break_even_alpha": f"{theory.break_even_alpha(gamma, c, v):.4f}",
-        "optimal_gamma": f"{best_gamma}",
-        "optimal_speedup": f"{best_speedup:.4f}",
-    }
+    return yield_expected(alpha, gamma, c, v)
 
 
 @functools.lru_cache(maxsize=None)
