@@ -18,7 +18,7 @@ from specbook.grading import (Check, assert_token_rule, assert_verifier, check_t
 from specbook.grading.calls import CallFailed, LimitedCaller, as_block, as_token
 from specbook.grading.catalogue import BROKEN_TOKEN_RULES, BROKEN_VERIFIERS, CORRECT_TOKEN_RULES, CORRECT_VERIFIERS
 from specbook.grading.cases import token_cases
-from specbook.grading.detection import _null_token, needed_scale, null_report, null_simulation, predicted_power
+from specbook.grading.detection import _null_token, needed_scale, null_simulation, predicted_power
 from specbook.grading.report import FAIL, NOT_RUN, PASS, WARN, judge_family
 from specbook.grading.token_rule import PLAN as TOKEN_PLAN
 from specbook.grading.verifier import PLAN as CHAIN_PLAN
@@ -77,21 +77,16 @@ def test_null_simulation_has_no_false_alarm_and_its_broken_twin_fails():
 
 # --------------------------------------------------------------------------- power
 
-@pytest.mark.parametrize("entry", BROKEN_TOKEN_RULES, ids=ids(BROKEN_TOKEN_RULES))
-def test_broken_token_rules_fail_with_the_right_diagnosis(entry):
-    report = check_token_rule(entry.fn, seed=0, fail_fast=True)
+@pytest.mark.parametrize("checker, seed, entry",
+                         [(check_token_rule, 0, e) for e in BROKEN_TOKEN_RULES]
+                         + [(check_verifier, 1, e) for e in BROKEN_VERIFIERS],
+                         ids=ids(BROKEN_TOKEN_RULES) + ids(BROKEN_VERIFIERS))
+def test_broken_samplers_fail_with_the_right_diagnosis(checker, seed, entry):
+    report = checker(entry.fn, seed=seed, fail_fast=True)
     assert not report.passed and not report.lossless, f"{entry.name} was not caught"
     names = " | ".join(c.name for c in report.failures)
     assert any(word in names for word in entry.expect), f"{entry.name}: failed {names}, expected {entry.expect}"
     assert all(c.reason for c in report.failures) and entry.name
-
-
-@pytest.mark.parametrize("entry", BROKEN_VERIFIERS, ids=ids(BROKEN_VERIFIERS))
-def test_broken_verifiers_fail_with_the_right_diagnosis(entry):
-    report = check_verifier(entry.fn, seed=1, fail_fast=True)
-    assert not report.passed and not report.lossless, f"{entry.name} was not caught"
-    names = " | ".join(c.name for c in report.failures)
-    assert any(word in names for word in entry.expect), f"{entry.name}: failed {names}, expected {entry.expect}"
 
 
 def test_catalogue_is_large_and_distinct():
