@@ -75,9 +75,9 @@ def prompt_rows(prompt, vocab_size: int) -> list[list[int]]:
     if len(prompt) == 0:
         raise ValueError("prompt is empty: give at least one token")
     first = prompt[0]
-    one_row = not (isinstance(first, (Sequence, torch.Tensor)) and not isinstance(first, (str, bytes))) or (
-        isinstance(first, torch.Tensor) and first.ndim == 0)
-    if one_row:
+    first_is_row = (isinstance(first, torch.Tensor) and first.ndim > 0) or (
+        isinstance(first, Sequence) and not isinstance(first, (str, bytes)))
+    if not first_is_row:  # a flat list of token ids: one row
         return [_as_token_row(prompt, vocab_size, "prompt")]
     return [_as_token_row(r, vocab_size, f"prompt[{b}]") for b, r in enumerate(prompt)]
 
