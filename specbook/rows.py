@@ -120,5 +120,5 @@ def drop_rows(target: Target, drafter, rows: Rows, ended: list[int], device) -> 
 
 def pending_tokens(rows: Rows, device) -> torch.Tensor:
     """Each live row's last token, the one fed first in the next pass (B, 1)."""
-    return torch.tensor([[(rows.prompts[b] + rows.emitted[b])[-1]] for b in rows.live], dtype=torch.long,
+    return torch.tensor([[(rows.emitted[b] or rows.prompts[b])[-1]] for b in rows.live], dtype=torch.long,
                         device=device)
