@@ -65,6 +65,16 @@ class SamplingParams:
 GREEDY = SamplingParams(temperature=0.0)
 
 
+def _check_float_rows(name: str, x) -> None:
+    """``x`` must be a floating-point tensor (..., V) with V >= 1."""
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if x.ndim < 1 or x.shape[-1] < 1:
+        raise ValueError(f"{name} must have a vocabulary dimension, got shape {tuple(x.shape)}")
+
+
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams = SamplingParams()) -> torch.Tensor:
     """Apply temperature, top-k and top-p to ``logits`` (..., V); return probabilities (..., V).
 
@@ -75,12 +85,7 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams = SamplingParam
     """
     if not isinstance(params, SamplingParams):
         raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-    if not isinstance(logits, torch.Tensor):
-        raise ValueError(f"logits must be a torch.Tensor, got {type(logits).__name__}")
-    if not logits.is_floating_point():
-        raise ValueError(f"logits must be a floating-point tensor, got dtype {logits.dtype}")
-    if logits.ndim < 1 or logits.shape[-1] < 1:
-        raise ValueError(f"logits must have a vocabulary dimension, got shape {tuple(logits.shape)}")
+    _check_float_rows("logits", logits)
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     logits = logits.to(dtype)
     if torch.isnan(logits).any() or (logits == math.inf).any():
@@ -122,12 +127,7 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     Rows need not be normalised (only proportional); each must be finite, non-negative
     and have positive mass, else ``ValueError`` (before any draw).
     """
-    if not isinstance(probs, torch.Tensor):
-        raise ValueError(f"probs must be a torch.Tensor, got {type(probs).__name__}")
-    if not probs.is_floating_point():
-        raise ValueError(f"probs must be a floating-point tensor, got dtype {probs.dtype}")
-    if probs.ndim < 1 or probs.shape[-1] < 1:
-        raise ValueError(f"probs must have a vocabulary dimension, got shape {tuple(probs.shape)}")
+    _check_float_rows("probs", probs)
     flat = probs.reshape(-1, probs.shape[-1]).to(torch.float64 if probs.dtype == torch.float64 else torch.float32)
     if flat.numel() == 0:
         return torch.zeros(probs.shape[:-1], dtype=torch.long, device=probs.device)
