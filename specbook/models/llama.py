@@ -18,9 +18,10 @@ Three small departures from the textbook layout, all for speed on a CPU:
   one matrix ``w_gate_up`` (one matrix product instead of three or two);
 * grouped-query attention folds the G query heads that share a key/value head into the
   query-length axis, so keys and values are never copied G times;
-* every projection is a :class:`~specbook.models.linear.Linear` that multiplies a few rows
-  (4 to 64: a verify pass over drafts) by a transposed copy of its weight, which the CPU's
-  BLAS does much faster than the usual layout; see ``models/linear.py`` for the measurement.
+* every projection is a :class:`~specbook.models.linear.Linear`, which on the CPU multiplies
+  by a copy of its weight prepacked once for oneDNN: one row then streams the weight at
+  about the memory bus's speed, and a verify pass over a few rows costs little more than
+  one; see ``models/linear.py`` for the measurement.
 """
 from __future__ import annotations
 
