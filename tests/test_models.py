@@ -18,6 +18,7 @@ few float32 roundings at logits of ~31 (one ulp there is 2e-6).
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 
 import pytest
@@ -70,6 +71,10 @@ def test_linear_packed_path_matches_nn_linear(rows, dtype):
             ref.weight.mul_(2.0)
             assert torch.equal(lin(x), ref(x))
     assert "_packed" not in "".join(lin.state_dict())  # the copy is never saved
+    twin = copy.deepcopy(lin)  # an opaque packed tensor cannot be copied: copies leave it behind
+    assert twin._packed_w is None and lin._packed_w is not None
+    with torch.no_grad():
+        torch.testing.assert_close(twin(x), lin(x), rtol=0, atol=0)
 
 
 def test_linear_float16_and_autograd_use_nn_linear():

@@ -96,6 +96,13 @@ class Linear(nn.Linear):
                 and not (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad))
                 and packed_kernels_available())
 
+    def __getstate__(self):
+        """Copies and pickles leave the packed copy behind (an opaque oneDNN tensor has no
+        storage to copy); it is rebuilt on first use."""
+        state = dict(self.__dict__)
+        state["_packed_w"] = state["_packed_key"] = None
+        return state
+
     @classmethod
     def frozen(cls, weight: torch.Tensor) -> "Linear":
         """A bias-free Linear over a copy of ``weight`` (out, in) that is never trained (a draft head
