@@ -1,24 +1,11 @@
-"""What every catalogued implementation shares: the Entry record and two one-line draws.
+"""The two draws every catalogued implementation uses, written once.
 
 The implementations in :mod:`.token_rules` and :mod:`.verifiers` are written the way a student
 would write them, one position at a time; these helpers keep that code short.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
 import torch
-
-
-@dataclass(frozen=True)
-class Entry:
-    """name, one-line description, the function, and (for bugs) words of the check names that should fail."""
-
-    name: str
-    description: str
-    fn: Callable
-    expect: tuple[str, ...] = ()
 
 
 def uniform(g, like: torch.Tensor) -> torch.Tensor:

@@ -1,17 +1,15 @@
 """Token rules the checker is judged by: one position, ``rule(p, q, x, g) -> token``.
 
-CORRECT_TOKEN_RULES (the modified rejection sampler, each drawing its randomness its own way),
-LOSSLESS_TOKEN_RULES (lossless but not the standard algorithm) and BROKEN_TOKEN_RULES (lossy:
-the bugs students and real implementations make).  Shape legend: V vocab; p, q are (V,), x a
-token id.  The index of the whole catalogue is :mod:`specbook.grading.catalogue`.
+Correct ones (the modified rejection sampler, each drawing its randomness its own way),
+lossless but non-standard ones, and broken ones (the bugs students and real implementations
+make).  Shape legend: V vocab; p, q are (V,), x a token id.  Which is which, and which checks
+must catch each bug: the tables in :mod:`specbook.grading.catalogue`.
 """
 from __future__ import annotations
 
 import torch
 
-from ...naive import accept_if_target_prefers, accept_p_then_p, resample_from_p
-from ...verify import verify_token
-from .common import Entry, positive_part, uniform
+from .common import positive_part, uniform
 
 
 # =========================================================================== token rules: correct
@@ -44,16 +42,6 @@ def rule_unnormalised(p, q, x, g):
     if u.item() < min(1.0, (p[x] / q[x]).item()):
         return x
     return torch.multinomial(positive_part(p, q), 1, generator=g)  # a one-element tensor; multinomial normalises
-
-
-CORRECT_TOKEN_RULES = (
-    Entry("reference (specbook.verify.verify_token)", "the library's rule", verify_token),
-    Entry("inverse CDF", "u * q(x) < p(x); residual by searchsorted on its CDF", rule_inverse_cdf),
-    Entry("multinomial", "u < p(x)/q(x); normalised residual to torch.multinomial", rule_multinomial),
-    Entry("Gumbel-max", "1 - u <= p/q; residual by argmax(log r + Gumbel noise)", rule_gumbel),
-    Entry("unnormalised residual", "unnormalised max(0, p - q) to torch.multinomial; returns a tensor",
-          rule_unnormalised),
-)
 
 
 # =========================================================================== token rules: broken
@@ -145,43 +133,3 @@ def bug_epsilon_normaliser(p, q, x, g):
     r = positive_part(p, q)
     cdf = (r / (r.sum() + 1e-6)).cumsum(0)  # "avoid division by zero"
     return min(int(torch.searchsorted(cdf, uniform(g, p), right=True)), len(p) - 1)
-
-
-BROKEN_TOKEN_RULES = (
-    Entry("naive: accept w.p. p(x), else sample p", "ignores q; rejection draws from p", accept_p_then_p,
-          ('acceptance',)),
-    Entry("naive: resample from p", "right acceptance, rejection draws from p", resample_from_p,
-          ('residual',)),
-    Entry("naive: accept iff p(x) >= q(x)", "deterministic acceptance", accept_if_target_prefers,
-          ('acceptance',)),
-    Entry("ratio swapped", "accepts with min(1, q/p)", bug_ratio_swapped,
-          ('p = 0', 'acceptance')),
-    Entry("residual swapped", "rejection draws from max(0, q - p)", bug_residual_swapped,
-          ('p = 0', 'residual')),
-    Entry("residual |p - q|", "abs instead of clamp at 0", bug_residual_abs,
-          ('p = 0', 'residual')),
-    Entry("resample p without the draft", "rejection draws from p with x removed", bug_exclude_draft,
-          ('residual',)),
-    Entry("uniform reused for the residual", "the acceptance uniform also picks the residual token", bug_reuse_uniform,
-          ('residual',)),
-    Entry("resample from q", "rejection draws a fresh draft", bug_resample_q,
-          ('p = 0', 'residual')),
-    Entry("always accept", "no verification at all", bug_always_accept,
-          ('p = 0', 'acceptance')),
-    Entry("greedy residual", "argmax of the residual instead of a sample", bug_greedy_residual,
-          ('residual',)),
-    Entry("accept w.p. p(x), residual", "acceptance ignores q; residual right", bug_accept_p_residual,
-          ('acceptance',)),
-    Entry("global seed in the rule", "torch.manual_seed(0) on every call", bug_global_seed,
-          ('acceptance',)),
-    Entry("epsilon in the normaliser", "r / (sum + 1e-6) then inverse CDF", bug_epsilon_normaliser,
-          ('p = 0',)),
-)
-
-
-LOSSLESS_TOKEN_RULES = (
-    Entry("draft treated as certain", "keep x w.p. p(x), else sample p without x", rule_draft_certain,
-          ('acceptance',)),
-    Entry("ignore the draft", "always samples p: lossless but never speculative", rule_ignore_draft,
-          ('acceptance',)),
-)

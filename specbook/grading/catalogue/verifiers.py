@@ -1,16 +1,16 @@
 """Chain verifiers the checker is judged by: ``verifier(p, q, x, g) -> emitted tokens``.
 
-CORRECT_VERIFIERS (the modified rejection sampler over a chain, with a bonus token),
-LOSSLESS_VERIFIERS (lossless but not the standard algorithm) and BROKEN_VERIFIERS (lossy).
-Shape legend: K draft length, V vocab; p is (K+1, V), q is (K, V), x is (K,).  The index of
-the whole catalogue is :mod:`specbook.grading.catalogue`.
+Correct ones (the modified rejection sampler over a chain, with a bonus token), lossless but
+non-standard ones, and broken ones.  Shape legend: K draft length, V vocab; p is (K+1, V), q is
+(K, V), x is (K,).  Which is which, and which checks must catch each bug: the tables in
+:mod:`specbook.grading.catalogue`.
 """
 from __future__ import annotations
 
 import torch
 
 from ...verify import verify_chain
-from .common import Entry, positive_part, uniform
+from .common import positive_part, uniform
 
 
 # =========================================================================== verifiers: correct
@@ -53,14 +53,6 @@ def verifier_gumbel(p, q, x, g):
     gumbel = -torch.log(-torch.log(torch.rand(p.shape[1], generator=g, dtype=torch.float64)))
     z = torch.argmax(torch.log(positive_part(p[m], q_pad[m]).double()) + gumbel)
     return torch.cat([x[:m], z.reshape(1)])
-
-
-CORRECT_VERIFIERS = (
-    Entry("reference (specbook.verify.verify_chain)", "the library's batched verifier, one row", verifier_reference),
-    Entry("loop + multinomial", "one position at a time", verifier_loop),
-    Entry("uniforms up front + inverse CDF", "K+1 uniforms in one call; cumprod stop", verifier_upfront),
-    Entry("Gumbel-max, bonus as residual vs q = 0", "1 - u <= p/q; last token by Gumbel-max", verifier_gumbel),
-)
 
 
 # =========================================================================== verifiers: broken
@@ -161,40 +153,3 @@ def vbug_global_seed(p, q, x, g):
 def vbug_padded(p, q, x, g):
     tokens, _ = verify_chain(p[None], q[None], x[None], g)
     return tokens[0]  # keeps the -1 padding
-
-
-BROKEN_VERIFIERS = (
-    Entry("not stopping at the first rejection", "skips rejected drafts and keeps going", vbug_no_stop,
-          ('well-formed',)),
-    Entry("one uniform shared across positions", "u drawn once per call", vbug_shared_uniform,
-          ('number of accepted', 'acceptance')),
-    Entry("bonus from the wrong row", "bonus sampled from target_probs[K-1]", vbug_bonus_row,
-          ('bonus', 'well-formed')),
-    Entry("draft/target off by one", "draft j judged by target_probs[j+1]", vbug_off_by_one,
-          ('acceptance', 'well-formed')),
-    Entry("resample from p", "rejection draws from p_j, not the residual", vbug_resample_p,
-          ('corrected',)),
-    Entry("residual with q_0 at every position", "max(0, p_j - q_0)", vbug_residual_q0,
-          ('corrected',)),
-    Entry("cumulative acceptance ratio", "draft j kept iff u_j < prod_{i<=j} min(1, p_i/q_i)", vbug_cumulative_ratio,
-          ('number of accepted', 'acceptance')),
-    Entry("greedy bonus", "argmax of target_probs[K] instead of a sample", vbug_greedy_bonus,
-          ('bonus',)),
-    Entry("corrected token from the next row", "residual of position j+1 after rejecting j", vbug_residual_next_row,
-          ('corrected', 'well-formed')),
-    Entry("naive rule per position", "accept w.p. p_j(x), else sample p_j", vbug_naive_per_position,
-          ('acceptance', 'corrected')),
-    Entry("global seed in the verifier", "torch.manual_seed on every call, global RNG", vbug_global_seed,
-          ('acceptance',)),
-    Entry("padded output", "returns the (K+1,) row with -1 padding", vbug_padded,
-          ('well-formed',)),
-)
-
-
-LOSSLESS_VERIFIERS = (
-    Entry("drafts treated as certain", "keep x_j w.p. p_j(x_j), else sample p_j without x_j (the one-hot "
-          "n-gram rule on sampled drafts)", verifier_draft_certain,
-          ('acceptance',)),
-    Entry("no bonus token", "returns only the K drafts when all are accepted", verifier_no_bonus,
-          ('number of accepted',)),
-)
