@@ -55,7 +55,7 @@ from IPython.display import HTML, display
 from matplotlib.patches import Rectangle
 
 import specbook as sb
-from specbook import stats, theory
+from specbook import roofline, stats
 from specbook.decode import generate, speculative_generate
 from specbook.drafters import DraftModelDrafter
 from specbook.sampling import SamplingParams, logits_to_probs
@@ -314,14 +314,16 @@ print(f"{N_SEQUENCES} rows; against the target's law: p = {test_target.pvalue:.3
 # traffic.
 
 # %%
-h100 = theory.HARDWARE["H100"]
+H100 = "H100 SXM"
+h100 = roofline.PRESETS[H100]
+h100_ridge = roofline.ridge(H100, "bfloat16")
 params_b = 7.5e9
 weight_read_ms = 2 * params_b / h100.bandwidth * 1e3
-flops_ms = {n: 2 * params_b * n / h100.peak_flops * 1e3 for n in (1, GAMMA + 1)}
-print(f"H100 ridge point: {h100.ridge:.0f} FLOP/byte")
+flops_ms = {n: 2 * params_b * n / h100.peak("bfloat16") * 1e3 for n in (1, GAMMA + 1)}
+print(f"H100 ridge point: {h100_ridge:.0f} FLOP/byte")
 print(f"weight read per pass: {weight_read_ms:.2f} ms; arithmetic at peak: "
       f"{flops_ms[1]:.3f} ms (1 position), {flops_ms[GAMMA + 1]:.3f} ms ({GAMMA + 1} positions)")
-roof = theory.roofline_rows(batches=(1, 64), gammas=(0, GAMMA), hardware="H100")
+roof = roofline.roofline_rows(batches=(1, 64), gammas=(0, GAMMA), hw=H100)
 rows = "".join(f"<tr><td>{r['batch']}</td><td>{r['gamma']}</td><td>{r['intensity']:.0f}</td>"
                f"<td>{100 * r['fraction_of_ridge']:.1f}%</td><td>{'compute-bound' if r['compute_bound'] else 'memory-bound'}</td></tr>"
                for r in roof)
@@ -345,7 +347,7 @@ plots.plot_roofline(roof)
 
 # %%
 for batch_size in (1, 64):
-    ratios = [float(theory.verify_time_ratio(n, batch=batch_size, hardware="H100")) for n in range(1, 9)]
+    ratios = [roofline.verify_time_ratio(n, batch=batch_size, hw=H100) for n in range(1, 9)]
     print(f"batch {batch_size:>2}: v for 1..8 positions =", " ".join(f"{r:.2f}" for r in ratios))
 
 # %% [markdown]
@@ -407,7 +409,7 @@ assert spec.draft_efficiency < spec.acceptance_rate
 # **Exercise 3 (predict, then run).** At batch 1 on the H100, about how many
 # positions can one pass verify before the extra positions start to cost time?
 # Predict from the ridge point, then find the first n with a verify-cost ratio
-# above 1 using `theory.verify_time_ratio(n, batch=1, hardware="H100")`.
+# above 1 using `roofline.verify_time_ratio(n, batch=1, hw="H100 SXM")`.
 #
 # <details><summary>Solution</summary>
 #
@@ -420,9 +422,9 @@ assert spec.draft_efficiency < spec.acceptance_rate
 # </details>
 
 # %% tags=["solution"]
-first_costly = next(n for n in range(1, 1000) if theory.verify_time_ratio(n, batch=1, hardware="H100") > 1.0)
-print(f"H100, batch 1: the first costly pass verifies {first_costly} positions (ridge {h100.ridge:.1f})")
-assert first_costly == math.floor(h100.ridge) + 1
+first_costly = next(n for n in range(1, 1000) if roofline.verify_time_ratio(n, batch=1, hw=H100) > 1.0)
+print(f"H100, batch 1: the first costly pass verifies {first_costly} positions (ridge {h100_ridge:.1f})")
+assert first_costly == math.floor(h100_ridge) + 1
 
 # %% [markdown]
 # ## Checks
@@ -448,8 +450,8 @@ assert test_draft.pvalue < 1e-6, test_draft
 #    at batch 64 it crosses the ridge.
 assert [r["intensity"] for r in roof] == [1, GAMMA + 1, 64, 64 * (GAMMA + 1)]
 assert not roof[1]["compute_bound"] and roof[3]["compute_bound"]
-assert theory.verify_time_ratio(GAMMA + 1, batch=1, hardware="H100") == 1.0
-assert theory.verify_time_ratio(GAMMA + 1, batch=64, hardware="H100") > 1.0
+assert roofline.verify_time_ratio(GAMMA + 1, batch=1, hw=H100) == 1.0
+assert roofline.verify_time_ratio(GAMMA + 1, batch=64, hw=H100) > 1.0
 # 5. The time line comes from the loop's hook: one draft pass per guess, one target pass per round.
 assert sum(len(s.draft_tokens) for s in trace.steps) == spec.proposed == spec.draft_passes
 assert plain_time == sum(len(s.emitted) for s in trace.steps[:8])

@@ -16,7 +16,7 @@ __version__ = "0.1.0"
 _SUBMODULES = {
     # layer 0, the core
     "sampling", "protocols", "verify", "verify_tree", "tree", "decode", "laws", "tree_laws", "naive", "theory",
-    "stats", "toy",
+    "roofline", "stats", "toy",
     # layers 1 to 3 (packages)
     "models", "drafters", "grading", "train", "teach", "bench",
 }

@@ -32,7 +32,9 @@ positions when verifying a chain of gamma drafts, 1 when decoding plainly):
 
 In bfloat16 the intensity is simply the number of positions in the step, B (gamma + 1): the
 course's table (H100 SXM, bfloat16 ridge about 295) reads 1 (0.3% of the ridge), 5 (1.7%),
-64 (22%) and 320 (over the ridge) for batch 1 and 64, gamma 0 and 4.
+64 (22%) and 320 (over the ridge) for batch 1 and 64, gamma 0 and 4.  Lesson 1 shows that
+table with :func:`roofline_rows`, and the verify cost it implies, v = t(B, n) / t(B, 1), with
+:func:`verify_time_ratio`; lesson 6 puts the whole model under sliders.
 
 Throughput and latency with speculation use the cost model of Leviathan et al. (Thm 3.8)
 with the verify cost taken from the roofline at the actual batch: one round is gamma draft
@@ -58,7 +60,7 @@ from . import theory
 
 __all__ = [
     "DTYPE_BYTES", "Hardware", "PRESETS", "Prediction", "preset",
-    "step_intensity", "ridge", "ridge_fraction", "step_time",
+    "step_intensity", "ridge", "ridge_fraction", "step_time", "roofline_rows", "verify_time_ratio",
     "plain_throughput", "speculative_throughput", "predict", "predicted_crossover",
 ]
 
@@ -68,28 +70,27 @@ DTYPE_BYTES: dict[str, int] = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 # --------------------------------------------------------------------------- validation
 
-def _positive(value, name: str) -> float:
+def _number(value, name: str, *, zero_ok: bool) -> float:
+    """A finite float, > 0 (or >= 0 when ``zero_ok``); bools and strings are refused."""
+    bound = ">= 0" if zero_ok else "> 0"
+    bad = ValueError(f"{name} must be a finite number {bound}, got {value!r}")
     if isinstance(value, bool):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+        raise bad
     try:
         x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}") from None
-    if not (math.isfinite(x) and x > 0):
-        raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
+    except (TypeError, ValueError, OverflowError):
+        raise bad from None
+    if not (math.isfinite(x) and (x >= 0 if zero_ok else x > 0)):
+        raise bad
     return x
+
+
+def _positive(value, name: str) -> float:
+    return _number(value, name, zero_ok=False)
 
 
 def _nonneg(value, name: str) -> float:
-    if isinstance(value, bool):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}") from None
-    if not (math.isfinite(x) and x >= 0):
-        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
-    return x
+    return _number(value, name, zero_ok=True)
 
 
 def _int(value, name: str, low: int) -> int:
@@ -97,6 +98,23 @@ def _int(value, name: str, low: int) -> int:
             or value != int(value) or value < low):
         raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
     return int(value)
+
+
+def _ints(values, name: str, low: int) -> list[int]:
+    """A non-empty sequence of integers >= low, in the order given."""
+    try:
+        items = list(values)
+    except TypeError:
+        raise ValueError(f"{name} must be a sequence of integers >= {low}, got {values!r}") from None
+    if not items:
+        raise ValueError(f"{name} must hold at least one value, got {values!r}")
+    return [_int(v, name, low) for v in items]
+
+
+def _dtype_bytes(dtype) -> int:
+    if not (isinstance(dtype, str) and dtype in DTYPE_BYTES):
+        raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+    return DTYPE_BYTES[dtype]
 
 
 def _alpha(value) -> float:
@@ -128,11 +146,13 @@ class Hardware:
             raise ValueError(f"name must be a non-empty string, got {self.name!r}")
         if not isinstance(self.flops, dict) or not self.flops:
             raise ValueError(f"flops must be a non-empty dict {{dtype: flop/s}}, got {self.flops!r}")
+        bandwidth = _positive(self.bandwidth, "bandwidth")
         for dtype, peak in self.flops.items():
             if not isinstance(dtype, str):
                 raise ValueError(f"flops keys must be dtype names (str), got {dtype!r}")
-            _positive(peak, f"flops[{dtype!r}]")
-        _positive(self.bandwidth, "bandwidth")
+            if not math.isfinite(_positive(peak, f"flops[{dtype!r}]") / bandwidth):
+                raise ValueError(f"ridge flops[{dtype!r}] / bandwidth overflows the float range, "
+                                 f"got {peak!r} / {self.bandwidth!r}")
         if not isinstance(self.source, str) or not self.source:
             raise ValueError(f"source must say where the numbers come from, got {self.source!r}")
 
@@ -217,6 +237,40 @@ def step_time(hw: str | Hardware, dtype: str, batch, positions_per_row, params, 
     return max(flops / h.peak(dtype), nbytes / h.bandwidth)
 
 
+# --------------------------------------------------------------------------- lesson 1: one pool of spare compute
+
+def roofline_rows(batches=(1, 64), gammas=(0, 4), hw: str | Hardware = "H100 SXM",
+                  dtype: str = "bfloat16") -> list[dict]:
+    """Lesson 1's "one pool of spare compute" table, one dict per (batch, gamma), batch-major.
+
+    Keys: batch, gamma, intensity, ridge, fraction_of_ridge, compute_bound.  Weight traffic
+    only (no KV cache), so the model size cancels out of the intensity.  On the H100 SXM the
+    defaults give intensities 1, 5, 64, 320 against a ridge of about 295: 0.3%, 1.7%, 22%, over.
+    """
+    nbytes, r = _dtype_bytes(dtype), ridge(hw, dtype)
+    rows = []
+    for b in _ints(batches, "batches", 1):
+        for g in _ints(gammas, "gammas", 0):
+            intensity = step_intensity(b, g, 1.0, nbytes)  # any params: they cancel
+            rows.append(dict(batch=b, gamma=g, intensity=intensity, ridge=r,
+                             fraction_of_ridge=intensity / r, compute_bound=intensity >= r))
+    return rows
+
+
+def verify_time_ratio(n_positions, batch=1, hw: str | Hardware = "H100 SXM", dtype: str = "bfloat16") -> float:
+    """Roofline estimate of v = time(pass over n positions per row) / time(pass over 1 position).
+
+    From :func:`step_time` with weight traffic only:  v = max(1, x n) / max(1, x), where
+    x = 2 B / (dtype_bytes * ridge), i.e. B / ridge in bfloat16.  At batch 1 the extra positions
+    are free (v = 1, the paper's assumption) until n passes the ridge; once B n crosses it they
+    cost time in proportion: batching has already spent the idle arithmetic speculation uses.
+    """
+    n = _int(n_positions, "n_positions", 1)
+    nbytes = _dtype_bytes(dtype)
+    return (step_time(hw, dtype, batch, n, 1.0, nbytes)  # any params: they cancel
+            / step_time(hw, dtype, batch, 1, 1.0, nbytes))
+
+
 # --------------------------------------------------------------------------- with and without speculation
 
 @dataclass(frozen=True)
@@ -298,10 +352,7 @@ def predicted_crossover(hw: str | Hardware, dtype: str, params, dtype_bytes, alp
     with v_B the roofline's verify cost at that batch.  gamma = 0 is plain decoding itself and
     never falls below it (None).
     """
-    sizes = sorted({_int(b, "batch_sizes", 1) for b in batch_sizes})
-    if not sizes:
-        raise ValueError("batch_sizes must hold at least one batch size")
-    for b in sizes:
+    for b in sorted(set(_ints(batch_sizes, "batch_sizes", 1))):
         p = predict(hw, dtype, b, gamma, alpha, c, params, dtype_bytes, kv_bytes_per_row=kv_bytes_per_row)
         if p.spec_tokens_per_s < p.plain_tokens_per_s:
             return b

@@ -1,7 +1,9 @@
-"""Back-of-the-envelope theory of speculative decoding: yield, speedup, roofline.
+"""Back-of-the-envelope theory of speculative decoding: yield, speedup, break-even, best gamma.
 
 Everything here is closed-form arithmetic on floats (numpy broadcasting where it
-is natural), so lessons can tabulate, plot and check the numbers they quote.
+is natural), so lessons can tabulate, plot and check the numbers they quote.  Where
+the verify cost v and the draft cost c come from on real hardware (the roofline,
+hardware presets) is :mod:`specbook.roofline`.
 
 Symbols follow Leviathan, Kalman & Matias, "Fast Inference from Transformers
 via Speculative Decoding" (ICML 2023):
@@ -22,7 +24,7 @@ Shape legend: A number of alphas, G number of gammas.
 Scalars in give a Python ``float`` out; any array input gives an ``np.ndarray``.
 Bad input (alpha outside [0, 1], gamma negative or fractional, c < 0,
 verify_cost <= 0, NaN or inf; a bool, string, None or complex number anywhere)
-raises ``ValueError`` naming the argument.  Counts (gamma, batch, positions) are
+raises ``ValueError`` naming the argument.  Counts (gamma, max_gamma) are
 kept as exact integer-valued floats, so a huge gamma gives the limit, not an
 integer overflow.
 """
@@ -30,7 +32,6 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
 from typing import Callable, Union
 
 import numpy as np
@@ -43,8 +44,6 @@ MAX_GAMMA_SEARCH = 100_000
 __all__ = [
     "expected_tokens", "expected_tokens_limit", "speedup", "break_even_alpha",
     "break_even_cost", "optimal_gamma", "relative_gain", "yield_table",
-    "Hardware", "HARDWARE", "ridge_point", "arithmetic_intensity",
-    "roofline_rows", "verify_time_ratio",
 ]
 
 
@@ -290,118 +289,3 @@ def optimal_gamma(alpha, c, verify_cost: VerifyCost = 1.0, max_gamma: int = 64) 
     if values[best] > 1.0:
         return int(gammas[best]), float(values[best])
     return 0, 1.0
-
-
-# --------------------------------------------------------------------------- roofline
-
-@dataclass(frozen=True)
-class Hardware:
-    """An accelerator for the roofline model.
-
-    peak_flops: dense bf16 FLOP/s;  bandwidth: memory bytes/s.
-    ``ridge`` = peak_flops / bandwidth: the arithmetic intensity (FLOP per byte)
-    above which a kernel is compute-bound rather than memory-bound.
-    """
-
-    name: str
-    peak_flops: float
-    bandwidth: float
-
-    def __post_init__(self):
-        if not isinstance(self.name, str):
-            raise ValueError(f"name must be a str, got {self.name!r}")
-        for field_name in ("peak_flops", "bandwidth"):
-            if np.ndim(_positive(getattr(self, field_name), field_name)) != 0:
-                raise ValueError(f"{field_name} must be one number, got {getattr(self, field_name)!r}")
-        with np.errstate(over="ignore"):
-            _finite(np.float64(self.peak_flops) / np.float64(self.bandwidth), "ridge (peak_flops / bandwidth)")
-
-    @property
-    def ridge(self) -> float:
-        return self.peak_flops / self.bandwidth
-
-
-# Vendor datasheet figures: dense (no sparsity) bf16 tensor-core peak, HBM bandwidth.
-HARDWARE: dict[str, Hardware] = {
-    "H100": Hardware("H100 SXM", 989e12, 3.35e12),   # ridge ~295
-    "H200": Hardware("H200 SXM", 989e12, 4.8e12),    # ridge ~206
-    "A100": Hardware("A100 SXM 80GB", 312e12, 2.039e12),  # ridge ~153
-}
-
-
-def _hardware(hardware: Union[str, Hardware]) -> Hardware:
-    if isinstance(hardware, Hardware):
-        return hardware
-    if isinstance(hardware, str) and hardware in HARDWARE:
-        return HARDWARE[hardware]
-    raise ValueError(f"hardware must be a Hardware or one of {sorted(HARDWARE)}, got {hardware!r}")
-
-
-def ridge_point(peak_flops, bandwidth):
-    """Roofline ridge: peak_flops / bandwidth, in FLOP per byte."""
-    with np.errstate(over="ignore"):
-        ridge = _positive(peak_flops, "peak_flops") / _positive(bandwidth, "bandwidth")
-    return _result(_finite(ridge, "ridge_point (peak_flops / bandwidth)"), peak_flops, bandwidth)
-
-
-def _batch(value) -> np.ndarray:
-    b = _gamma(value, "batch")
-    if np.any(b < 1):
-        raise ValueError(f"batch must be a positive integer, got {value!r}")
-    return b
-
-
-def arithmetic_intensity(batch, gamma=0):
-    """FLOPs per weight byte of one decode (or verify) pass: batch * (gamma + 1).
-
-    Simplified decode model from the lesson: each token processed costs
-    2 FLOPs per parameter (one multiply-add), and each parameter is read once per
-    pass as 2 bytes (bf16), shared by every token in the pass.  So intensity is
-    2 * tokens / 2 = tokens processed per pass.  KV-cache reads and attention
-    FLOPs are ignored (they matter at long context).
-    """
-    b = _batch(batch)
-    g = _gamma(gamma)
-    return _result(b * (g + 1.0), batch, gamma)
-
-
-def roofline_rows(batches=(1, 64), gammas=(0, 4), hardware: Union[str, Hardware] = "H100") -> list[dict]:
-    """The lesson's "one pool of spare compute" table, one dict per (batch, gamma).
-
-    Keys: batch, gamma, intensity, ridge, fraction_of_ridge, compute_bound.
-    Rows are batch-major in the order given.  On an H100 the defaults give
-    intensities 1, 5, 64, 320 against a ridge of ~295: 0.3%, 1.7%, 22%, and over.
-    """
-    hw = _hardware(hardware)
-    bs, gs = np.atleast_1d(_batch(batches)), np.atleast_1d(_gamma(gammas, "gammas"))
-    if bs.ndim != 1 or gs.ndim != 1:
-        raise ValueError(f"batches and gammas must be 1-D, got shapes {bs.shape} and {gs.shape}")
-    rows = []
-    for b in bs:
-        for g in gs:
-            intensity = float(arithmetic_intensity(int(b), int(g)))
-            rows.append(dict(batch=int(b), gamma=int(g), intensity=intensity, ridge=hw.ridge,
-                             fraction_of_ridge=intensity / hw.ridge,
-                             compute_bound=intensity >= hw.ridge))
-    return rows
-
-
-def verify_time_ratio(n_positions, batch=1, hardware: Union[str, Hardware] = "H100"):
-    """Roofline estimate of v = time(pass over n positions) / time(pass over 1 position).
-
-    Under the roofline, one pass takes max(weight-read time, compute time), which
-    in units of the weight-read time is ``max(1, batch * n / ridge)``.  So
-
-        v = max(1, batch * n / ridge) / max(1, batch / ridge)
-
-    At batch 1 the extra positions are free (v = 1: the paper's assumption).  Once
-    ``batch * n`` crosses the ridge they cost time in proportion to their number:
-    batching has already spent the idle arithmetic speculation relies on.
-    """
-    n = _gamma(n_positions, "n_positions")
-    if np.any(n < 1):
-        raise ValueError(f"n_positions must be a positive integer, got {n_positions!r}")
-    b = _batch(batch)
-    ridge = _hardware(hardware).ridge
-    out = np.maximum(1.0, b * n / ridge) / np.maximum(1.0, b / ridge)
-    return _result(out, n_positions, batch)

@@ -1,4 +1,4 @@
-"""Bad and extreme inputs to the numeric core: sampling, theory, toy, stats, tree, verify_greedy.
+"""Bad and extreme inputs to the numeric core: sampling, theory, roofline, toy, stats, tree, greedy.
 
 Each row of the tables below is one bad input.  It must end in a ValueError or TypeError
 whose message names the argument (and, where given, the bad value) within TIME_LIMIT
@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specbook import stats as sst
+from specbook import roofline as rl
 from specbook import theory as th
 from specbook.sampling import MIN_TEMPERATURE, SamplingParams, logits_to_probs, sample
 from specbook.toy import MarkovLM, make_toy_pair, random_transitions
@@ -96,16 +97,18 @@ THEORY = [
     ("gain overflows", lambda: th.relative_gain(1e308, 1e-308), "relative_gain", "overflows"),
     ("gain over zero", lambda: th.relative_gain(1.0, 0), "old", "0"),
     ("2-D alphas", lambda: th.yield_table([[0.5]], [1]), "alphas", "(1, 1)"),
-    ("bool peak_flops", lambda: th.Hardware("x", True, 1e12), "peak_flops", "True"),
-    ("ridge overflows", lambda: th.Hardware("x", 1e308, 1e-308), "ridge", "overflows"),
-    ("name not str", lambda: th.Hardware(3, 1e12, 1e12), "name", "3"),
-    ("zero bandwidth", lambda: th.ridge_point(1e12, 0), "bandwidth", "0"),
-    ("zero batch", lambda: th.arithmetic_intensity(0), "batch", "0"),
-    ("bool batch", lambda: th.arithmetic_intensity(True), "batch", "True"),
-    ("unknown hardware", lambda: th.roofline_rows(hardware="H300"), "hardware", "H300"),
-    ("2-D batches", lambda: th.roofline_rows(batches=[[1, 2]]), "batches", "(1, 2)"),
-    ("zero positions", lambda: th.verify_time_ratio(0), "n_positions", "0"),
-    ("bool positions", lambda: th.verify_time_ratio(True), "n_positions", "True"),
+]
+ROOFLINE = [
+    ("bool peak", lambda: rl.Hardware("x", {"bfloat16": True}, 1e12, "s"), "flops['bfloat16']", "True"),
+    ("ridge overflows", lambda: rl.Hardware("x", {"bfloat16": 1e308}, 1e-308, "s"), "ridge", "overflows"),
+    ("name not str", lambda: rl.Hardware(3, {"bfloat16": 1e12}, 1e12, "s"), "name", "3"),
+    ("zero bandwidth", lambda: rl.Hardware("x", {"bfloat16": 1e12}, 0, "s"), "bandwidth", "0"),
+    ("zero batch", lambda: rl.step_intensity(0, 0, 1e9, 2), "batch", "0"),
+    ("bool batch", lambda: rl.step_intensity(True, 0, 1e9, 2), "batch", "True"),
+    ("unknown hardware", lambda: rl.roofline_rows(hw="H300"), "hw", "H300"),
+    ("2-D batches", lambda: rl.roofline_rows(batches=[[1, 2]]), "batches", "[1, 2]"),
+    ("zero positions", lambda: rl.verify_time_ratio(0), "n_positions", "0"),
+    ("bool positions", lambda: rl.verify_time_ratio(True), "n_positions", "True"),
 ]
 TOY = [
     ("bool table", lambda: MarkovLM(HALF.bool()), "transitions", "bool"),
@@ -231,8 +234,8 @@ GREEDY = [
     ("draft outside vocabulary", lambda: verify_greedy(LOGITS, T([[3]])), "draft_tokens", "3"),
     ("drafts of the wrong shape", lambda: verify_greedy(LOGITS, T([0])), "draft_tokens", "(1,)"),
 ]
-TABLES = {"sampling": SAMPLING, "theory": THEORY, "toy": TOY, "stats": STATS, "tree": TREE,
-          "verify_greedy": GREEDY}
+TABLES = {"sampling": SAMPLING, "theory": THEORY, "roofline": ROOFLINE, "toy": TOY, "stats": STATS,
+          "tree": TREE, "verify_greedy": GREEDY}
 CASES = [pytest.param(call, fragments, id=f"{module}: {name}")
          for module, table in TABLES.items() for name, call, *fragments in table]
 

@@ -18,8 +18,9 @@ import torch
 
 from specbook.grading import check_token_rule, check_verifier
 from specbook.grading import worker
-from specbook.grading.catalogue import (CORRECT_TOKEN_RULES, CORRECT_VERIFIERS, LOSSLESS_TOKEN_RULES,
-                                        LOSSLESS_VERIFIERS, rule_multinomial, verifier_loop)
+from specbook.grading.catalogue import CORRECT_TOKEN_RULES, CORRECT_VERIFIERS, LOSSLESS_TOKEN_RULES, LOSSLESS_VERIFIERS
+from specbook.grading.catalogue.token_rules import rule_multinomial
+from specbook.grading.catalogue.verifiers import verifier_loop
 from specbook.grading.report import FAIL
 
 ids = lambda entries: [e.name for e in entries]  # noqa: E731

@@ -11,7 +11,7 @@ from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from specbook import theory
+from specbook import roofline, theory
 from specbook.drafters import DraftModelDrafter
 from specbook.teach import plots, rules
 from specbook.teach.trace import trace_speculative
@@ -113,7 +113,7 @@ def test_plot_trace_colours_every_token():
 
 
 def test_plot_roofline_and_explorer_and_curves():
-    rows = theory.roofline_rows()
+    rows = roofline.roofline_rows()
     ax = plots.plot_roofline(rows).axes[0]
     np.testing.assert_allclose([p.get_width() for p in ax.patches], [r["intensity"] for r in rows])
     with pytest.raises(ValueError, match="rows"):

@@ -1,4 +1,4 @@
-"""specbook.roofline: the course's batching table exactly, the step-time model, the crossover."""
+"""specbook.roofline: the course's table exactly, lesson 1's rows and verify cost, step time, the crossover."""
 import math
 
 import pytest
@@ -28,6 +28,7 @@ def test_course_table_exactly():
 
 
 def test_intensity_formula_and_kv_traffic():
+    assert rl.step_intensity(1, 0, 1e9, 2) == 1.0 and rl.step_intensity(8, 3, 1e9, 2) == 32.0  # positions, in bf16
     assert rl.step_intensity(8, 3, 1e9, 4) == 2 * 8 * 4 / 4  # float32 halves the intensity
     with_kv = rl.step_intensity(8, 3, 1e9, 2, kv_bytes_per_row=1e8)
     assert with_kv == pytest.approx(2e9 * 32 / (2e9 + 8e8))
@@ -41,11 +42,43 @@ def test_presets_and_measured_machine():
         assert "datasheet" in hw.source or "whitepaper" in hw.source, hw.source
     assert rl.ridge("A100 SXM", "bfloat16") == pytest.approx(312e12 / 2.039e12)
     assert rl.ridge("L4", "bfloat16") == pytest.approx(403.33, abs=0.01)
-    # the older theory table and this module agree on the H100's ridge to 0.1%
-    assert rl.ridge(H100, "bfloat16") == pytest.approx(theory.HARDWARE["H100"].ridge, rel=1e-3)
+    assert rl.ridge(H100, "bfloat16") == pytest.approx(989.4e12 / 3.35e12)
+    for key, r in (("H100 SXM", 295), ("H200 SXM", 206), ("A100 SXM", 153)):
+        assert rl.ridge(key, "bfloat16") == pytest.approx(r, abs=1)
+    with pytest.raises(Exception):
+        rl.PRESETS[H100].bandwidth = 1.0  # frozen
     cpu = rl.Hardware.measured({"float32": 0.35e12, "bfloat16": 2.0e12}, 23.6e9)
     assert rl.ridge(cpu, "float32") == pytest.approx(14.83, abs=0.01)
     assert rl.preset(cpu) is cpu and "measured" in cpu.name
+
+
+def test_lesson_one_rows():
+    """Lesson 1's table: the same four steps, as dicts for its plot (plots.plot_roofline)."""
+    rows = rl.roofline_rows()
+    assert [(r["batch"], r["gamma"], r["intensity"]) for r in rows] == [(1, 0, 1), (1, 4, 5), (64, 0, 64), (64, 4, 320)]
+    assert [share(r["fraction_of_ridge"]) for r in rows] == ["0.3%", "1.7%", "22%", "OVER the ridge"]
+    assert [r["compute_bound"] for r in rows] == [False, False, False, True]
+    assert {r["ridge"] for r in rows} == {rl.ridge(H100, "bfloat16")}
+    # on an H200 the same 320 is even further over its lower ridge
+    assert rl.roofline_rows([64], [4], hw="H200 SXM")[0]["fraction_of_ridge"] > rows[3]["fraction_of_ridge"]
+    # 4-byte float32 weights halve the intensity, against float32's own ridge
+    f32 = rl.roofline_rows(dtype="float32")
+    assert [r["intensity"] for r in f32] == [0.5, 2.5, 32, 160] and f32[0]["ridge"] == rl.ridge(H100, "float32")
+
+
+def test_verify_time_ratio():
+    assert rl.verify_time_ratio(5, 1) == 1.0  # memory-bound: extra positions free
+    assert rl.verify_time_ratio(5, 64) == pytest.approx(320 / rl.ridge(H100, "bfloat16"))
+    assert rl.verify_time_ratio(5, 4096) == pytest.approx(5.0)  # fully compute-bound
+    r = [rl.verify_time_ratio(5, b) for b in (1, 16, 64, 128, 512, 4096)]
+    assert r == sorted(r)
+    big = rl.predict(H100, "bfloat16", 128, 4, 0.8, 0.05, 7e9, 2)
+    assert rl.verify_time_ratio(5, 128) == pytest.approx(big.verify_cost)  # the cost the prediction uses
+    # at batch 1 the first costly pass is the first integer past the ridge (lesson 1, exercise 3)
+    assert next(n for n in range(1, 1000) if rl.verify_time_ratio(n) > 1) == math.floor(rl.ridge(H100, "bfloat16")) + 1
+    # batching eats the spare compute: the same alpha/gamma/c wins less at batch 128
+    s1, s128 = (theory.speedup(0.8, 4, 0.05, rl.verify_time_ratio(5, b)) for b in (1, 128))
+    assert s128 < s1
 
 
 def test_step_time_is_the_larger_of_compute_and_memory():
@@ -129,6 +162,13 @@ def test_crossover_moves_with_acceptance_and_ridge():
     (lambda: rl.Hardware("x", {"bfloat16": 1e12}, 0, "made up"), "bandwidth"),
     (lambda: rl.Hardware("x", {"bfloat16": 1e12}, 1e9, ""), "source"),
     (lambda: rl.Hardware("x", {}, 1e9, "made up"), "flops"),
+    (lambda: rl.Hardware("x", {"bfloat16": 1e12}, math.nan, "made up"), "bandwidth"),
+    (lambda: rl.roofline_rows(hw="TPU"), "hw"),
+    (lambda: rl.roofline_rows(batches=[0]), "batches"),
+    (lambda: rl.roofline_rows(gammas=[]), "gammas"),
+    (lambda: rl.roofline_rows(dtype="int4"), "dtype"),
+    (lambda: rl.verify_time_ratio(0, 1), "n_positions"),
+    (lambda: rl.verify_time_ratio(5, 0), "batch"),
 ])
 def test_bad_input_names_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
