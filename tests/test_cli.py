@@ -31,7 +31,7 @@ HELP = {  # argv -> words its --help must show
     (): ["tour", "fetch-model", "bench", "batch", "gpu-check", "grading", "train"],
     ("tour",): ["usage: specbook tour", "--fast"],
     ("fetch-model",): ["usage: specbook fetch-model", "--cache", "--force", "--no-progress"],
-    ("bench",): ["usage:", "--drafters", "--no-progress"],
+    ("bench",): ["usage:", "--drafters", "--no-progress", "--plot", "--from-json"],
     ("gpu-check",): ["usage: specbook gpu-check", "--device", "--threads", "--allow-cpu"],
     ("grading",): ["usage:", "--null-reps"],
     ("train",): ["distill", "medusa", "eagle", "features"],
@@ -52,6 +52,7 @@ BAD = {  # argv -> the words of the refusal ({blocker}: a plain file, so no dire
     ("fetch-model", "--cache", "{blocker}/cache"): "argument --cache: cannot write",
     ("train", "distill", "--threads", "0"): "argument --threads: must be a whole number of threads >= 1",
     ("train", "medusa", "--prompt-set", "{blocker}.missing"): "argument --prompt-set: no such file",
+    ("bench", "--from-json", "{blocker}.missing", "--plot", "out.png"): "argument --from-json: no such file",
     ("nope",): "invalid choice: 'nope'",
 }
 # the same refusals in process (fast: the modules are imported once); the model loader is a sentinel
@@ -72,6 +73,9 @@ BAD_IN_PROCESS = {
     ("train", "features", "--out", "x.jsonl", "--train-prompts", "0"): "argument --train-prompts",
     ("train", "features", "--out", "x.jsonl", "--train-prompts", "2", "--bogus"): "unrecognized arguments",
     ("train", "nope"): "invalid choice: 'nope'",
+    ("bench", "--plot", "{blocker}/speedup.png"): "argument --plot: cannot write",
+    ("bench", "--plot", "speedup.txt"): "argument --plot: must end in .png",
+    ("bench", "--from-json", "{blocker}", "--plot", "out.png"): "--from-json '{blocker}' is not a readable JSON",
 }
 NO_CUDA = not torch.cuda.is_available()
 if NO_CUDA:

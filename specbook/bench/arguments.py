@@ -5,14 +5,20 @@ Shape legend: none (argument values only).
 Each raises ``ValueError`` with a message that names the flag and the bad value; the command
 line prints it and exits with status 2.  Loading SmolLM2 and transformers takes seconds to
 minutes on a small machine, so a typo in ``--device`` or an unwritable ``--json`` path is
-refused first, not after the runs.
+refused first, not after the runs.  ``--plot`` and ``--from-json`` are argparse types instead
+(:func:`plot_path`, :func:`specbook.cliargs.existing_file`): argparse names the flag.
 """
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
 import torch
+
+from .. import cliargs
+
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")  # what the speedup chart can be written as
 
 
 def check_device(text: str) -> str:
@@ -56,3 +62,10 @@ def parse_gamma(text: str) -> int | None:
     if gamma < 1:
         raise ValueError(f"--gamma must be 'auto' or an int >= 1, got {gamma}")
     return gamma
+
+
+def plot_path(text: str) -> str:
+    """``--plot``, an argparse type: a writable file path ending in .png, .svg or .pdf."""
+    if Path(text).suffix.lower() not in PLOT_SUFFIXES:
+        raise argparse.ArgumentTypeError(f"must end in {', '.join(PLOT_SUFFIXES)} (the chart's format), got {text!r}")
+    return cliargs.writable_file(text)

@@ -10,6 +10,13 @@ run, because every speedup is relative to the same engine's plain decoding.
     python -m specbook bench --prompts mine.jsonl --drafters none,ngram --engines specbook
     python -m specbook bench --ignore-eos --max-new-tokens 96  # fixed-length runs, past the end of the reply
     python -m specbook bench --dtype float32 --gamma 4         # a fixed dtype and draft length
+    python -m specbook bench --json run.json --plot speedup.png  # the report and its chart
+    python -m specbook bench --from-json run.json --plot speedup.png  # the chart of a finished run, no model
+
+``--plot`` draws speedup_vs_autoregressive per category (x) and drafter (one bar each, per engine
+when there are several), with plain decoding as the line at 1.0 (:mod:`specbook.bench.plot`);
+``--from-json`` takes the numbers from a report written by ``--json`` instead of running, and
+then accepts no flag of a run.
 
 Each reply stops right after its end-of-turn token (at most ``--max-new-tokens``), in every
 engine; ``--ignore-eos`` makes every run exactly ``--max-new-tokens`` long instead.
@@ -53,11 +60,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from .. import cliargs
 from ..models.chat import chat_ids
 from ..models.dtype import DTYPE_NAMES, dtype_name, resolve_dtype
 from ..sampling import SamplingParams
 from .engines import RunResult, SpecbookEngine, TransformersEngine
-from .arguments import check_device, check_json_path, parse_gamma
+from .arguments import check_device, check_json_path, parse_gamma, plot_path
 from .registry import DRAFTERS, get_drafter
 from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256, machine_info
 from .sizing import size_chain, size_tree
@@ -74,6 +82,10 @@ MAX_GAMMA = 16  # the longest chain --gamma auto may choose (17 positions: the c
 
 
 def parse_args(argv):
+    return _parser().parse_args(argv)
+
+
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m specbook bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--prompts", help="JSON lines with id, category, prompt (default: the built-in 66 prompts)")
@@ -99,7 +111,11 @@ def parse_args(argv):
                    help="repetitions per n of the verify-cost curve, 0 = skip (then --gamma auto falls back to 4)")
     p.add_argument("--json", dest="json_path", help="write the results here")
     p.add_argument("--no-progress", action="store_true")
-    return p.parse_args(argv)
+    p.add_argument("--plot", type=plot_path, metavar="PATH.png",
+                   help="also draw the speedup per category and drafter to this .png (.svg, .pdf)")
+    p.add_argument("--from-json", type=cliargs.existing_file, metavar="RUN.json",
+                   help="do not run: draw --plot from a report written earlier by --json")
+    return p
 
 
 def _names(text: str, allowed, what: str) -> list[str]:
@@ -133,6 +149,8 @@ def _settings(args) -> tuple[SamplingParams, list[str], list[str]]:
         if name.strip():
             get_drafter(name.strip())  # a clear error for misspelt names
     drafters = _names("none," + args.drafters, list(DRAFTERS), "drafters")
+    if args.plot and drafters == ["none"]:
+        raise ValueError(f"--plot {args.plot!r} draws speedups over plain decoding: add a drafter to --drafters")
     if args.threads:
         torch.set_num_threads(args.threads)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
@@ -260,11 +278,36 @@ def _gen(args, i: int) -> torch.Generator | None:
     return torch.Generator(device=args.device).manual_seed(args.seed * 100_003 + i)
 
 
+def replot(args) -> int:
+    """``--from-json``: draw ``--plot`` from a finished run's report; refuse every flag of a run."""
+    defaults = _parser().parse_args([])
+    ignored = [f"--{k.replace('_', '-')}" for k, v in vars(args).items()
+               if k not in ("plot", "from_json", "no_progress", "argv") and v != getattr(defaults, k)]
+    if args.plot is None:
+        raise ValueError(f"--from-json {args.from_json!r} needs --plot PATH.png: drawing is all it does")
+    if ignored:
+        raise ValueError(f"--from-json draws a finished run; {', '.join(ignored)} would not apply (leave it out)")
+    try:
+        result = json.loads(Path(args.from_json).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"--from-json {args.from_json!r} is not a readable JSON file ({err})") from None
+    from .plot import save_speedup_plot
+
+    try:
+        save_speedup_plot(result, args.plot)
+    except ValueError as err:
+        raise ValueError(f"--from-json {args.from_json!r}: {err}") from None
+    print(f"wrote {args.plot}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     args.argv = argv
     try:
+        if args.from_json:
+            return replot(args)
         result = run_bench(args)
     except ValueError as err:
         print(f"bench: error: {err}", file=sys.stderr)
@@ -278,4 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.json_path}")
+    if args.plot:
+        from .plot import save_speedup_plot
+
+        save_speedup_plot(result, args.plot)
+        print(f"wrote {args.plot}")
     return 0
