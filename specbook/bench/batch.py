@@ -38,6 +38,7 @@ from ..decode import DecodeStep, generate, speculative_generate
 from ..drafters.scheduler import BatchCosts, BatchScheduler
 from ..models import LlamaTarget
 from ..models.chat import chat_ids
+from ..models.dtype import dtype_name, resolve_dtype
 from ..sampling import SamplingParams
 from . import batch_costs
 from .batch_traces import run_traces
@@ -60,7 +61,8 @@ def parse_args(argv):
     p.add_argument("--policy", default="fixed,adaptive", help="comma-separated: fixed,adaptive")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                   help="auto (default): bfloat16 where the CPU multiplies it natively, else float32")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
     p.add_argument("--repeats", type=int, default=3, help="timed repetitions per run; medians reported (default 3)")
     p.add_argument("--seed", type=int, default=0)
@@ -248,7 +250,8 @@ def run_batch(args) -> dict:
     from ..models.smollm2 import load_smollm2
 
     params = SamplingParams(temperature=args.temperature)
-    dtype = getattr(torch, args.dtype)
+    dtype = resolve_dtype(args.dtype)
+    args.dtype_requested, args.dtype = args.dtype, dtype_name(dtype)  # the report records the dtype used
     model, tokenizer = load_smollm2("cpu", dtype)
     prompts = interleave(select(load_prompts(args.prompts), args.categories.split(",") if args.categories else None))
     ids = [chat_ids(tokenizer, p.prompt) for p in prompts]
@@ -318,7 +321,7 @@ def measure_costs(model, target, drafters, args, progress: bool) -> dict:
     measured = batch_costs.batch_verify_costs(probe, args.batch_sizes, args.gamma + 1, draft=draft_target)
     costs = {"v": measured["v"], "t1_seconds": measured["seconds"],
              "c": {"draft": measured["c"]} if draft_target is not None else {},
-             "roofline": batch_costs.measure_roofline(getattr(torch, args.dtype))}
+             "roofline": batch_costs.measure_roofline(resolve_dtype(args.dtype))}
     return costs
 
 
@@ -348,7 +351,7 @@ def roofline_section(model, drafters, runs, costs, args) -> dict:
     """The measured peaks, the ridge, and the crossover each drafter's measured acceptance predicts."""
     roof = costs["roofline"]
     params = sum(p.numel() for p in model.parameters())
-    dtype_bytes = torch.finfo(getattr(torch, args.dtype)).bits // 8
+    dtype_bytes = torch.finfo(resolve_dtype(args.dtype)).bits // 8
     predicted = {}
     for d in args.drafters:
         fixed = [r for r in runs if r["drafter"] == d and r["policy"] == "fixed"]

@@ -183,7 +183,7 @@ def size_drafters(args, sb: SpecbookEngine, model, tokenizer, drafters, pilot_id
 
 
 def run_bench(args) -> dict:
-    from ..models.smollm2 import load_smollm2, model_dir
+    from ..models.smollm2 import load_smollm2
 
     params, engines, drafters = _settings(args)
     prompts = select(load_prompts(args.prompts), args.categories.split(",") if args.categories else None, args.limit)
@@ -213,27 +213,7 @@ def run_bench(args) -> dict:
     def tree_of(d):
         return sizes[d].chosen if d in sizes and sizes[d].kind == "tree" else None
 
-    combos = []  # (engine object, drafter name, drafter object or generate kwargs)
-    skipped = []
-    if "specbook" in engines:
-        for d in drafters:
-            extra = {} if tree_of(d) is None else {"tree": tree_of(d)}
-            combos.append((sb, d, get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device,
-                                                      dtype=dtype, target=sb.target, **extra)))
-    hf = None
-    if "transformers" in engines:
-        from transformers import LlamaForCausalLM
-
-        hf = LlamaForCausalLM.from_pretrained(str(model_dir()), dtype=dtype, local_files_only=True).to(args.device)
-        tf = TransformersEngine(hf, tokenizer)
-        for d in drafters:
-            spec = get_drafter(d)
-            kwargs = spec.transformers_kwargs(hf, tokenizer, gamma=gamma_of(d)) if spec.transformers_kwargs else None
-            if kwargs is None:
-                skipped.append({"engine": "transformers", "drafter": d, "reason": "no transformers equivalent"})
-            else:
-                combos.append((tf, d, kwargs))
-
+    combos, skipped, hf = _combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of)
     for engine, d, obj in combos:  # warm-up: first calls allocate caches and pick kernels
         engine.run(prompt_ids[0][:32], obj, params, 4, gamma_of(d), _gen(args, 0))
     records, outputs = [], {}
@@ -270,6 +250,32 @@ def run_bench(args) -> dict:
             "roofline": roofline, "draft_sizes": {d: z.as_json() for d, z in sizes.items()},
             "runs": runs, "overall": overall, "skipped": skipped, "engine_ratio": engine_ratio(records, params.greedy),
             "verify_cost": curves, "per_prompt": records}
+
+
+def _combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of):
+    """Every (engine, drafter) pair to time: ([(engine, drafter name, drafter object or generate
+    kwargs)], [skipped pairs with the reason], transformers' model or None)."""
+    combos, skipped, hf = [], [], None
+    if "specbook" in engines:
+        for d in drafters:
+            extra = {} if tree_of(d) is None else {"tree": tree_of(d)}
+            combos.append((sb, d, get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device,
+                                                      dtype=dtype, target=sb.target, **extra)))
+    if "transformers" in engines:
+        from transformers import LlamaForCausalLM
+
+        from ..models.smollm2 import model_dir
+
+        hf = LlamaForCausalLM.from_pretrained(str(model_dir()), dtype=dtype, local_files_only=True).to(args.device)
+        tf = TransformersEngine(hf, tokenizer)
+        for d in drafters:
+            spec = get_drafter(d)
+            kwargs = spec.transformers_kwargs(hf, tokenizer, gamma=gamma_of(d)) if spec.transformers_kwargs else None
+            if kwargs is None:
+                skipped.append({"engine": "transformers", "drafter": d, "reason": "no transformers equivalent"})
+            else:
+                combos.append((tf, d, kwargs))
+    return combos, skipped, hf
 
 
 def _gen(args, i: int) -> torch.Generator | None:
