@@ -1,0 +1,170 @@
+"""Markdown tables from a benchmark report written by ``python -m specbook bench --json``.
+
+    python scripts/bench_tables.py docs/data/bench_bfloat16_limit1.json [more.json ...]
+
+Prints, for each report, four tables, each under a one-line caption that names the JSON file
+and the command that wrote it (the report's ``settings.command``), so that every table pasted
+into docs/ can be traced to the file committed beside it:
+
+(a) speedup over the same engine's plain decoding, per workload category and ``all``
+    (``speedup_vs_autoregressive``: median over prompts of plain seconds / drafter seconds),
+    with tau (tokens emitted per target pass) in parentheses;
+(b) plain decoding and every drafter over all categories: tokens/s (median over prompts),
+    the fraction of the weight-streaming roofline reached, and tokens/s over transformers'
+    plain decoding when the report ran both engines;
+(c) the verify-cost curve v(n) = t(n) / t(1) per engine, at a few n (the cost of verifying
+    n positions in one pass relative to one; Leviathan et al. 2023, sec. 3.4);
+(d) the draft sizes ``--gamma auto`` chose (``draft_sizes``).
+
+Every number is copied from the report, only rounded; nothing is recomputed except the ratio
+of (b)'s last column, which divides two of the report's tokens/s.  Reads JSON only: no model,
+no torch.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+BASELINE = "none"  # plain decoding: the drafter every speedup is relative to
+CURVE_N = (2, 3, 5, 9, 17)  # positions per pass shown from the verify-cost curve
+ROW_FIELDS = ("engine", "drafter", "category", "tokens_per_s", "tau", "speedup_vs_autoregressive",
+              "roofline_fraction")
+
+
+def load_report(path: str | Path) -> dict:
+    """The report at ``path``; ValueError naming the file when it is not a bench report."""
+    path = Path(path)
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: cannot read it as JSON ({err})") from err
+    if not isinstance(report, dict) or not isinstance(report.get("runs"), list) or not report["runs"]:
+        raise ValueError(f"{path}: not a bench report (no 'runs' list; write one with "
+                         "python -m specbook bench --json)")
+    for key in ("overall", "settings"):
+        if key not in report:
+            raise ValueError(f"{path}: not a bench report (no {key!r})")
+    for row in report["runs"] + report["overall"]:
+        missing = [k for k in ROW_FIELDS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ValueError(f"{path}: not a bench report (a row lacks {missing}: {str(row)[:100]})")
+    return report
+
+
+def caption(path: str | Path, report: dict, what: str) -> str:
+    command = report["settings"].get("command") or "command not recorded"
+    return f"*{what}. From `{Path(path).as_posix()}`, written by `{command}`.*"
+
+
+def _table(head: list[str], rows: list[list[str]], text_columns: int = 1) -> str:
+    """A markdown table; the first ``text_columns`` columns left-aligned, the numbers right-aligned."""
+    rule = ["---" if i < text_columns else "---:" for i in range(len(head))]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _num(x, nd: int = 2, suffix: str = "") -> str:
+    return "-" if x is None else f"{x:.{nd}f}{suffix}"
+
+
+def _pairs(report: dict) -> list[tuple[str, str]]:
+    """(engine, drafter) in the report's order, plain decoding first within each engine."""
+    pairs = list(dict.fromkeys((r["engine"], r["drafter"]) for r in report["runs"] + report["overall"]))
+    engines = list(dict.fromkeys(e for e, _ in pairs))
+    return sorted(pairs, key=lambda p: (engines.index(p[0]), p[1] != BASELINE))
+
+
+def speedup_table(report: dict) -> str:
+    """(a): speedup (tau) per engine and drafter (plain decoding left out: 1.0 by definition)."""
+    categories = list(dict.fromkeys(r["category"] for r in report["runs"]))
+    cells = {(r["engine"], r["drafter"], r["category"]): r for r in report["runs"] + report["overall"]}
+    rows = []
+    for engine, drafter in _pairs(report):
+        if drafter == BASELINE:
+            continue
+        row = [f"{engine} / {drafter}"]
+        for cat in categories + ["all"]:
+            r = cells.get((engine, drafter, cat))
+            row.append("-" if r is None else
+                       f"{_num(r['speedup_vs_autoregressive'], suffix='x')} ({_num(r['tau'])})")
+        rows.append(row)
+    return _table(["engine / drafter"] + categories + ["all"], rows)
+
+
+def throughput_table(report: dict) -> str:
+    """(b): over all categories, tokens/s, roofline fraction, and tokens/s over transformers' plain."""
+    overall = {(r["engine"], r["drafter"]): r for r in report["overall"]}
+    hf_plain = overall.get(("transformers", BASELINE))
+    both = hf_plain is not None and len({e for e, _ in overall}) > 1
+    head = ["engine / drafter", "tok/s", "roofline fraction", "tau"] + (["vs transformers plain"] if both else [])
+    rows = []
+    for engine, drafter in _pairs(report):
+        r = overall.get((engine, drafter))
+        if r is None:
+            continue
+        row = [f"{engine} / {drafter}", _num(r["tokens_per_s"], 1), _num(r["roofline_fraction"]), _num(r["tau"])]
+        if both:
+            row.append(_num(r["tokens_per_s"] / hf_plain["tokens_per_s"], suffix="x"))
+        rows.append(row)
+    text = _table(head, rows)
+    ratio = report.get("engine_ratio")
+    if ratio:
+        text += (f"\n\nPlain decoding, specbook over transformers, median of per-prompt tokens/s ratios: "
+                 f"{ratio['specbook_over_transformers_tokens_per_s_median']:.2f}x "
+                 f"(range {ratio['min']:.2f}-{ratio['max']:.2f}, {ratio['prompts']} prompts).")
+    return text
+
+
+def verify_cost_table(report: dict) -> str:
+    """(c): v(n) per engine at the n of CURVE_N the curve reaches, and t(1) in milliseconds."""
+    curves = report.get("verify_cost") or {}
+    n_max = max((len(c["v"]) for c in curves.values()), default=0)
+    ns = [n for n in CURVE_N if n <= n_max]
+    rows = []
+    for engine, c in curves.items():
+        at = dict(zip(c["n"], c["v"]))
+        rows.append([engine, _num(1000 * c["seconds"][0], 1)] + [_num(at.get(n)) for n in ns])
+    return _table(["engine", "t(1) ms"] + [f"v({n})" for n in ns], rows)
+
+
+def draft_sizes_table(report: dict) -> str:
+    """(d): the chain length or tree budget chosen per drafter, and the pilot behind it."""
+    rows = []
+    for drafter, s in (report.get("draft_sizes") or {}).items():
+        pilot = ", ".join(f"{k}: {v}" for k, v in (s.get("pilot") or {}).items())
+        rows.append([drafter, s.get("kind", "-"), str(s.get("chosen", "-")),
+                     _num(s.get("predicted_speedup"), suffix="x"), pilot or "-"])
+    return _table(["drafter", "kind", "chosen", "predicted speedup", "pilot (alpha, or tau per tree budget)"],
+                  rows, text_columns=2)
+
+
+def render(path: str | Path, report: dict) -> str:
+    parts = [
+        (speedup_table, "Speedup over the same engine's plain decoding (median over prompts), tau in parentheses"),
+        (throughput_table, "All categories: tokens/s (median over prompts), fraction of the weight-streaming "
+                           "roofline, tau; the last column divides tokens/s by transformers' plain tokens/s"),
+        (verify_cost_table, "Verify cost v(n): one pass over n new positions relative to one position"),
+        (draft_sizes_table, "Draft sizes chosen by --gamma auto"),
+    ]
+    blocks = []
+    for make, what in parts:
+        body = make(report)
+        if body.count("\n") >= 2:  # a table with at least one row
+            blocks.append(caption(path, report, what) + "\n\n" + body)
+    return "\n\n".join(blocks)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("reports", nargs="+", metavar="REPORT.json", help="written by python -m specbook bench --json")
+    args = ap.parse_args(argv)
+    out = [render(p, load_report(p)) for p in args.reports]
+    print("\n\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""scripts/bench_tables.py: the markdown tables hold the report's numbers, and only a bench report is read."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = "python -m specbook bench --limit 1 --json tiny.json"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "scripts" / "bench_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _row(engine, drafter, category, tok_s, tau, speedup, roof):
+    return {"engine": engine, "drafter": drafter, "category": category, "tokens_per_s": tok_s, "tau": tau,
+            "speedup_vs_autoregressive": speedup, "roofline_fraction": roof}
+
+
+def _report() -> dict:
+    """Two categories, two engines; transformers has no eagle (as in a real run)."""
+    runs = [
+        _row("specbook", "none", "code", 60.0, 1.0, 1.0, 0.34),
+        _row("specbook", "ngram", "code", 111.0, 2.31, 1.87, 0.63),
+        _row("specbook", "eagle", "code", 123.0, 3.52, 2.06, 0.71),
+        _row("transformers", "none", "code", 44.0, 1.0, 1.0, 0.25),
+        _row("transformers", "ngram", "code", 88.0, 2.44, 1.93, 0.5),
+        _row("specbook", "none", "chat", 61.0, 1.0, 1.0, 0.35),
+        _row("specbook", "ngram", "chat", 64.0, 1.12, 1.04, 0.37),
+        _row("specbook", "eagle", "chat", 66.0, 1.83, 1.09, 0.38),
+        _row("transformers", "none", "chat", 43.0, 1.0, 1.0, 0.24),
+        _row("transformers", "ngram", "chat", 45.0, 1.07, 1.03, 0.26),
+    ]
+    overall = [
+        _row("specbook", "none", "all", 62.4, 1.0, 1.0, 0.36),
+        _row("specbook", "ngram", "all", 96.5, 1.51, 1.64, 0.55),
+        _row("specbook", "eagle", "all", 70.3, 1.97, 1.09, 0.4),
+        _row("transformers", "none", "all", 40.0, 1.0, 1.0, 0.25),
+        _row("transformers", "ngram", "all", 70.5, 1.49, 1.67, 0.4),
+    ]
+    return {
+        "settings": {"command": COMMAND},
+        "runs": runs, "overall": overall,
+        "engine_ratio": {"specbook_over_transformers_tokens_per_s_median": 1.4082, "min": 1.3907, "max": 1.4447,
+                         "prompts": 2, "identical_plain_outputs": 2},
+        "verify_cost": {"specbook": {"n": list(range(1, 18)), "seconds": [0.0146 * (1 + 0.03 * i) for i in range(17)],
+                                     "v": [1 + 0.03 * i for i in range(17)], "context": 96, "reps": 3}},
+        "draft_sizes": {"ngram": {"kind": "chain", "chosen": 4, "predicted_speedup": 2.0172, "pilot": {"alpha": 0.56}},
+                        "eagle": {"kind": "tree", "chosen": 10, "predicted_speedup": 1.573, "pilot": {"3": 1.61}}},
+    }
+
+
+def _tables(text: str) -> list[list[list[str]]]:
+    """Each markdown table of the output as rows of cells, header and rule line dropped."""
+    tables, current = [], None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if current is None:
+                current = []
+                tables.append(current)
+            current.append([c.strip() for c in line.strip("|").split("|")])
+        else:
+            current = None
+    return [t[2:] for t in tables]
+
+
+def _run(tmp_path, capsys, report) -> tuple[Path, str]:
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(report))
+    assert _script().main([str(path)]) == 0
+    return path, capsys.readouterr().out
+
+
+def test_tables_hold_the_reports_numbers(tmp_path, capsys):
+    report = _report()
+    path, out = _run(tmp_path, capsys, report)
+    speedups, throughput, curve, sizes = _tables(out)
+
+    # every table has a caption naming the file and the command that wrote it
+    captions = [line for line in out.splitlines() if line.startswith("*")]
+    assert len(captions) == 4
+    assert all(path.as_posix() in c and COMMAND in c for c in captions)
+
+    # (a) speedup (tau) for every engine/drafter but plain decoding, per category and "all"
+    cells = {(r["engine"], r["drafter"], r["category"]): r for r in report["runs"] + report["overall"]}
+    assert [row[0] for row in speedups] == ["specbook / ngram", "specbook / eagle", "transformers / ngram"]
+    for row in speedups:
+        engine, drafter = row[0].split(" / ")
+        for category, cell in zip(["code", "chat", "all"], row[1:]):
+            got = re.fullmatch(r"([\d.]+)x \(([\d.]+)\)", cell)
+            r = cells[(engine, drafter, category)]
+            assert float(got[1]) == round(r["speedup_vs_autoregressive"], 2)
+            assert float(got[2]) == round(r["tau"], 2)
+
+    # (b) tokens/s, roofline fraction, tau, and the ratio to transformers' plain tokens/s
+    overall = {(r["engine"], r["drafter"]): r for r in report["overall"]}
+    assert len(throughput) == len(overall)
+    for name, tok_s, roof, tau, vs_hf in throughput:
+        r = overall[tuple(name.split(" / "))]
+        assert float(tok_s) == round(r["tokens_per_s"], 1)
+        assert float(roof) == round(r["roofline_fraction"], 2)
+        assert float(tau) == round(r["tau"], 2)
+        assert float(vs_hf.rstrip("x")) == round(r["tokens_per_s"] / 40.0, 2)
+    assert "1.41x (range 1.39-1.44, 2 prompts)" in out
+
+    # (c) v(n) at n = 2, 3, 5, 9, 17 and t(1)
+    (engine, t1, *vs), = curve
+    c = report["verify_cost"]["specbook"]
+    assert engine == "specbook" and float(t1) == round(1000 * c["seconds"][0], 1)
+    assert [float(v) for v in vs] == [round(c["v"][n - 1], 2) for n in (2, 3, 5, 9, 17)]
+
+    # (d) the draft sizes chosen
+    assert [(r[0], r[1], int(r[2]), float(r[3].rstrip("x"))) for r in sizes] == [
+        ("ngram", "chain", 4, 2.02), ("eagle", "tree", 10, 1.57)]
+
+
+def test_one_engine_has_no_transformers_column(tmp_path, capsys):
+    report = _report()
+    report["runs"] = [r for r in report["runs"] if r["engine"] == "specbook"]
+    report["overall"] = [r for r in report["overall"] if r["engine"] == "specbook"]
+    report.pop("engine_ratio")
+    _, out = _run(tmp_path, capsys, report)
+    assert "vs transformers plain" not in out
+    assert all(len(row) == 4 for row in _tables(out)[1])
+
+
+@pytest.mark.parametrize("content", [
+    {"rows": []},                                           # some other JSON object
+    [1, 2, 3],                                              # not an object
+    {"runs": [{"engine": "specbook"}], "overall": [], "settings": {}},  # rows without the fields
+])
+def test_a_non_bench_json_is_refused_naming_the_file(tmp_path, content):
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        _script().main([str(path)])
+
+
+def test_unreadable_json_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        _script().main([str(path)])
