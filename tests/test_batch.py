@@ -45,6 +45,17 @@ def test_best_gamma_follows_load_and_acceptance():
     assert BatchCosts(FLAT, 0.5).best_gamma(0.3, 1, 4) == 0  # a costly draft with poor acceptance
 
 
+def test_margin_keeps_speculation_off_where_the_predicted_gain_is_small():
+    costs = BatchCosts({1: (1.0, 1.2)}, 0.0)
+    s = costs.speedup(0.3, 1, 1)  # E(0.3, 1) / v(2) = 1.3 / 1.2: a 8% gain on paper
+    assert 1.0 < s < 1.1
+    assert costs.best_gamma(0.3, 1, 1) == 1 and costs.best_gamma(0.3, 1, 1, margin=0.1) == 0
+    assert costs.best_gamma(0.9, 1, 1, margin=0.1) == 1  # a large gain clears the margin
+    for bad in (-0.1, "0.1", float("nan")):
+        with pytest.raises(ValueError, match="margin"):
+            BatchScheduler(NGramDrafter(), costs, margin=bad)
+
+
 @pytest.mark.parametrize("table, shadow", [(FLAT, False), (STEEP, True), (STEEP, False)])
 def test_scheduler_is_lossless_and_turns_off_under_load(table, shadow):
     target, draft = make_toy_pair(6, 2, match=0.8, seed=3)
