@@ -5,6 +5,8 @@ import hashlib
 import json
 import os
 
+import time
+
 import pytest
 import torch
 
@@ -233,11 +235,25 @@ def test_tree_budget_is_piloted_and_weighed_by_the_verify_cost():
                 rows.append(ctx[len(c):])
             return Draft(torch.tensor(rows), None, torch.arange(-1, self.n - 1))
 
+    class Slow:  # drafting that takes 10 n ms per pass: 10 n target passes at t(1) = 1 ms
+        def __init__(self, inner, n):
+            self.inner, self.n = inner, n
+
+        def propose(self, contexts, gamma, params, generator=None):
+            time.sleep(self.n * 1e-2)
+            return self.inner.propose(contexts, gamma, params, generator)
+
     flat = size_tree(target, Perfect, (1, 3), [[0, 1]], [1.0] * 17)
     assert flat.chosen == 3 and flat.pilot[3] > flat.pilot[1]  # more tokens per pass at no cost
     steep = size_tree(target, Perfect, (1, 3), [[0, 1]], [1.0, 1.0, 3.0, 6.0, 8.0])
     assert steep.chosen == 1  # 4 positions cost 6 passes: the small tree wins
     assert steep.as_json()["kind"] == "tree"
+    # Drafting time counts: at 10 target passes of drafting per node the 1-node tree wins.
+    slow = size_tree(target, lambda n: Slow(Perfect(n), n), (1, 3), [[0, 1]], [1.0] * 17, step_seconds=1e-3)
+    assert slow.chosen == 1 and slow.draft_cost[3] > slow.draft_cost[1] > 0
+    assert set(slow.as_json()["draft_cost"]) == {"1", "3"}
+    with pytest.raises(ValueError, match="step_seconds"):
+        size_tree(target, Perfect, (1,), [[0, 1]], [1.0] * 17, step_seconds=0.0)
 
 
 def test_greedy_differences_are_explained_as_near_ties_or_flagged():

@@ -178,7 +178,7 @@ def size_drafters(args, sb: SpecbookEngine, model, tokenizer, drafters, pilot_id
             sizes[d] = size_chain(sb.target, make(gamma=MAX_GAMMA), pilot_ids, v, max_gamma=MAX_GAMMA, eos_token_id=eos)
         elif spec.sizing == "tree":
             sizes[d] = size_tree(sb.target, lambda n: make(gamma=MAX_GAMMA, tree=n), spec.budgets, pilot_ids, v,
-                                 eos_token_id=eos)
+                                 eos_token_id=eos, step_seconds=curve["seconds"][0])
     return sizes
 
 

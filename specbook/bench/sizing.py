@@ -13,14 +13,15 @@ Chains follow Leviathan et al. (2023, eq. 1 and Thm 3.8): with per-token accepta
 chain of gamma drafts yields E = (1 - alpha^(gamma+1)) / (1 - alpha) tokens per pass, and
 the speedup is E / (gamma c + v(gamma + 1)); :func:`specbook.theory.optimal_gamma` picks the
 best gamma.  Trees have no such closed form (EAGLE-2 reshapes its tree every step), so each
-candidate budget is piloted and the one with the most tokens per pass per unit of verify cost,
-tau(N) / v(N + 1), wins.  Tokens per pass do not depend on how busy the machine is; only v does,
-and v is a ratio of interleaved medians.
+candidate budget is piloted and the one with the most tokens per pass per unit of cost,
+tau(N) / (c(N) + v(N + 1)), wins, where c(N) is the pilot's drafting time per pass over the
+target's one-position pass (a bigger tree needs more head passes).  Tokens per pass do not
+depend on how busy the machine is; v and c do, and v is a ratio of interleaved medians.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import theory
 from ..decode import speculative_generate
@@ -38,10 +39,12 @@ class Sizing:
     predicted_speedup: float  # by the model above, from the pilot and the measured v
     pilot: dict  # chain: {"alpha": ...}; tree: {budget: tau}
     source: str  # how it was chosen
+    draft_cost: dict = field(default_factory=dict)  # tree: {budget: c(N)}, drafting per pass over t(1)
 
     def as_json(self) -> dict:
         return {"kind": self.kind, "chosen": self.chosen, "predicted_speedup": round(self.predicted_speedup, 4),
-                "pilot": {str(k): round(v, 4) for k, v in self.pilot.items()}, "source": self.source}
+                "pilot": {str(k): round(v, 4) for k, v in self.pilot.items()},
+                "draft_cost": {str(k): round(v, 4) for k, v in self.draft_cost.items()}, "source": self.source}
 
 
 def curve_lookup(v: Sequence[float]) -> Callable[[int], float]:
@@ -61,18 +64,23 @@ def curve_lookup(v: Sequence[float]) -> Callable[[int], float]:
 
 
 def pilot(target, drafter, prompts: Sequence[list[int]], gamma: int, eos_token_id=None,
-          new_tokens: int = PILOT_NEW_TOKENS) -> tuple[float, float]:
-    """(acceptance rate accepted/verified, tokens per pass) of ``drafter`` over ``prompts``, greedy."""
+          new_tokens: int = PILOT_NEW_TOKENS) -> tuple[float, float, float]:
+    """(acceptance rate accepted/verified, tokens per pass, drafting seconds per pass) of ``drafter``
+    over ``prompts``, greedy."""
+    from .measure import TimedDrafter  # the same layer; imported here to keep this module's top light
+
+    timed = TimedDrafter(drafter)
     accepted = verified = emitted = passes = 0
     for ids in prompts:
         if hasattr(drafter, "reset"):
             drafter.reset()
-        stats = speculative_generate(target, drafter, [list(ids)], new_tokens, GREEDY, gamma,
+        stats = speculative_generate(target, timed, [list(ids)], new_tokens, GREEDY, gamma,
                                      eos_token_id=eos_token_id).stats
         accepted, verified = accepted + stats.accepted, verified + stats.verified
         emitted, passes = emitted + stats.emitted, passes + len(stats.accepted_per_step)
     alpha = accepted / verified if verified else 0.0
-    return alpha, (emitted / passes if passes else 1.0)
+    draft_seconds = sum(t for _, t in timed.log)
+    return alpha, (emitted / passes if passes else 1.0), (draft_seconds / passes if passes else 0.0)
 
 
 def choose_gamma(alpha: float, v: Sequence[float], c: float = 0.0, max_gamma: int = 16) -> tuple[int, float]:
@@ -92,7 +100,7 @@ def choose_gamma(alpha: float, v: Sequence[float], c: float = 0.0, max_gamma: in
 def size_chain(target, drafter, prompts, v: Sequence[float], *, c: float = 0.0, max_gamma: int = 16,
                eos_token_id=None) -> Sizing:
     """Pilot ``drafter`` at ``max_gamma`` drafts (acceptance of the drafts it tests), then :func:`choose_gamma`."""
-    alpha, _ = pilot(target, drafter, prompts, max_gamma, eos_token_id)
+    alpha, _, _ = pilot(target, drafter, prompts, max_gamma, eos_token_id)
     gamma, predicted = choose_gamma(alpha, v, c, max_gamma)
     return Sizing("chain", gamma, predicted, {"alpha": alpha},
                   f"argmax of E(alpha, gamma) / (gamma c + v(gamma + 1)), c = {c:.3f}, alpha from a pilot of "
@@ -100,14 +108,23 @@ def size_chain(target, drafter, prompts, v: Sequence[float], *, c: float = 0.0, 
 
 
 def size_tree(target, make: Callable[[int], object], budgets: Sequence[int], prompts, v: Sequence[float], *,
-              eos_token_id=None) -> Sizing:
-    """Pilot a drafter built by ``make(budget)`` for each node budget; keep the largest tau(N) / v(N + 1)."""
+              eos_token_id=None, step_seconds: float | None = None) -> Sizing:
+    """Pilot a drafter built by ``make(budget)`` for each node budget; keep the largest
+    tau(N) / (c(N) + v(N + 1)).
+
+    c(N) is the drafting time per pass over ``step_seconds``, the target's one-position pass
+    (t(1) of the verify-cost curve), both measured here: a deeper tree costs more head passes.
+    Without ``step_seconds`` drafting is taken as free (c = 0)."""
     if not budgets:
         raise ValueError("budgets must list at least one node budget")
+    if step_seconds is not None and not step_seconds > 0:
+        raise ValueError(f"step_seconds must be > 0, got {step_seconds!r}")
     cost = curve_lookup(v)
-    taus = {int(b): pilot(target, make(int(b)), prompts, int(b), eos_token_id)[1] for b in budgets}
-    scores = {b: tau / cost(b) for b, tau in taus.items()}
+    runs = {int(b): pilot(target, make(int(b)), prompts, int(b), eos_token_id) for b in budgets}
+    taus = {b: tau for b, (_, tau, _) in runs.items()}
+    c = {b: (sec / step_seconds if step_seconds else 0.0) for b, (_, _, sec) in runs.items()}
+    scores = {b: taus[b] / (c[b] + cost(b)) for b in runs}
     best = max(scores, key=lambda b: (scores[b], -b))  # ties go to the smaller tree
     return Sizing("tree", best, scores[best], taus,
-                  f"argmax of tau(N) / v(N + 1) over budgets {list(taus)}, tau from a pilot of "
-                  f"{len(prompts)} prompt(s) x {PILOT_NEW_TOKENS} tokens")
+                  f"argmax of tau(N) / (c(N) + v(N + 1)) over budgets {list(runs)}, tau and c (drafting time per "
+                  f"pass over the target's t(1)) from a pilot of {len(prompts)} prompt(s) x {PILOT_NEW_TOKENS} tokens", c)
