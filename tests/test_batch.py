@@ -80,6 +80,28 @@ def test_scheduler_probes_after_idle_steps():
         BatchScheduler(NGramDrafter(), BatchCosts(FLAT), probe_every=-1)
 
 
+def test_idle_model_drafter_lets_rows_leave_a_larger_batch():
+    """A scheduler that never drafts leaves the draft model's cache at an earlier, smaller batch;
+    rows that end must still leave this batch cleanly (regression: an IndexError-like refusal)."""
+    from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
+
+    def tiny(seed):
+        cfg = LlamaConfig(vocab_size=50, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, intermediate_size=48,
+                          max_position_embeddings=128)
+        return LlamaTarget(LlamaModel(cfg).init_weights(generator=torch.Generator().manual_seed(seed)),
+                           max_length=64)
+
+    target, inner = tiny(0), DraftModelDrafter(tiny(1))
+    speculative_generate(target, inner, [[1, 2]], 4, GREEDY, 2)  # the draft cache now holds one row
+    prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
+    alone = [generate(target, [p], 8, GREEDY).sequences()[0] for p in prompts]
+    eos = alone[0][1]  # row 0 ends after two tokens
+    expected = [row[:row.index(eos) + 1] if eos in row else row for row in alone]
+    sched = BatchScheduler(inner, BatchCosts({1: (1.0, 9.0)}), probe_every=0)  # never drafts
+    out = speculative_generate(target, sched, prompts, 8, GREEDY, 2, eos_token_id=eos)
+    assert out.sequences() == expected and all(s.gamma == 0 for s in sched.steps)
+
+
 def test_step_log_counts_padding_as_waste():
     """Rows without an n-gram match are padded to the batch's K: those positions count as wasted."""
     target, _ = make_toy_pair(6, 1, match=0.8, seed=2)

@@ -57,6 +57,11 @@ class DraftModelDrafter:
         """Keep only batch rows ``rows`` (the loop calls this when rows finish)."""
         if self._cached is None:
             return
+        if any(r >= len(self._cached) for r in rows):
+            # The cache holds an earlier, smaller batch: this generation has not drafted yet
+            # (a scheduler kept gamma at 0).  Nothing here to keep; the next call re-synchronises.
+            self._cached = None
+            return
         if isinstance(self.model, SupportsSelectRows):
             self.model.select_rows(rows)
             self._cached = [self._cached[r] for r in rows]
