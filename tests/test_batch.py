@@ -76,6 +76,15 @@ def test_scheduler_probes_after_idle_steps():
     sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts({1: (1.0, 9.0)}, 0.0), probe_every=3)
     speculative_generate(target, sched, [[1, 2]], 12, GREEDY, 1)
     assert [s.gamma for s in sched.steps][:6] == [0, 0, 1, 0, 0, 1]
+    # A costly catch-up (c = 0.5 of a target pass per draft step, 9 passes for two positions): no probe,
+    # unless the budget allows it.
+    costly = BatchCosts({1: (1.0, 9.0)}, 0.5)
+    for budget, probes in ((1.0, False), (float("inf"), True)):
+        sched = BatchScheduler(DraftModelDrafter(draft), costly, probe_every=3, probe_budget=budget)
+        speculative_generate(target, sched, [[1, 2]], 12, GREEDY, 1)
+        assert any(s.gamma for s in sched.steps) == probes
+    with pytest.raises(ValueError, match="probe_budget"):
+        BatchScheduler(NGramDrafter(), BatchCosts(FLAT), probe_budget=-1)
     with pytest.raises(ValueError, match="probe_every"):
         BatchScheduler(NGramDrafter(), BatchCosts(FLAT), probe_every=-1)
 

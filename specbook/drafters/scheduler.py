@@ -126,19 +126,23 @@ class BatchScheduler:
                  so acceptance stays observable at gamma 0.
     probe_every: without shadow, after this many steps at gamma 0 draft one token, so that a
                  stale acceptance estimate is refreshed (0 = never probe).  A probe makes a model
-                 drafter catch up on every token it skipped, in every row: at a large batch that
-                 prefill can cost more than the probe could ever win back.
+                 drafter catch up on every token it skipped, in every row (the whole prompt if it
+                 has not drafted in this generation): that prefill costs about c_B v_B(skipped)
+                 target passes, so a probe is skipped when that exceeds ``probe_budget`` passes
+                 (at a large batch the catch-up costs more than the probe could win back).
     margin:      speculate only where the model predicts S_B > 1 + margin.  The model prices the
                  target pass and the draft steps, not the loop's own per-step work (drafting in
-                 Python, masks for rows out of step, rollbacks), which a few percent of speedup
-                 cannot pay for: measured at B = 8 on a 2-core CPU, gamma 1 was predicted at
-                 S_B = 1.03 and ran at 0.86 of plain decoding.
+                 Python, masks for rows out of step, rollbacks, rows padded to the longest draft),
+                 which a small predicted gain cannot pay for.  Measured on a 2-core CPU
+                 (SmolLM2-135M, prompt lookup): at B = 8, gamma 1 predicted at S_B = 1.03 ran at
+                 0.86 of plain decoding; with margin 0.1, B = 16 still ran at 0.78.
     decay, prior, prior_alpha: the acceptance estimate, (decayed accepted + prior * prior_alpha) /
                  (decayed verified + prior), as in :class:`~specbook.drafters.adaptive.GammaPolicy`.
     """
 
     def __init__(self, drafter: Drafter, costs: BatchCosts, *, shadow: bool = False, probe_every: int = 16,
-                 decay: float = 0.8, prior: float = 1.0, prior_alpha: float = 0.5, margin: float = 0.1):
+                 decay: float = 0.8, prior: float = 1.0, prior_alpha: float = 0.5, margin: float = 0.2,
+                 probe_budget: float = 1.0):
         if not hasattr(drafter, "propose"):
             raise ValueError(f"drafter must have a propose method, got {type(drafter).__name__}")
         if not isinstance(costs, BatchCosts):
@@ -147,12 +151,15 @@ class BatchScheduler:
             raise ValueError(f"probe_every must be an int >= 0, got {probe_every!r}")
         if not 0 <= decay < 1:
             raise ValueError(f"decay must be in [0, 1), got {decay!r}")
+        if not (isinstance(probe_budget, (int, float)) and probe_budget >= 0):
+            raise ValueError(f"probe_budget must be a number >= 0, got {probe_budget!r}")
         if not (isinstance(margin, (int, float)) and 0 <= margin < 10):
             raise ValueError(f"margin must be a number in [0, 10), got {margin!r}")
         if not prior > 0 or not 0 < prior_alpha < 1:
             raise ValueError(f"need prior > 0 and 0 < prior_alpha < 1, got {prior!r}, {prior_alpha!r}")
         self.drafter, self.costs, self.shadow, self.probe_every = drafter, costs, shadow, probe_every
         self.decay, self.prior, self.prior_alpha, self.margin = decay, prior, prior_alpha, float(margin)
+        self.probe_budget = float(probe_budget)
         self.reset()
 
     def reset(self) -> None:
@@ -160,6 +167,7 @@ class BatchScheduler:
         self._accepted, self._verified = 0.0, 0.0
         self._last: list[tuple[list[int], list[int], int]] | None = None  # (context, proposal, verified) per row
         self._idle = 0  # consecutive steps at gamma 0
+        self._drafted = False  # whether any step of this generation drafted (the drafter saw its context)
         self.steps: list[SchedulerStep] = []
 
     @property
@@ -190,6 +198,11 @@ class BatchScheduler:
             self._accepted = self.decay * self._accepted + right_total / len(contexts)
             self._verified = self.decay * self._verified + judged_total / len(contexts)
 
+    def _probe_cost(self, batch: int, rows: list[list[int]]) -> float:
+        """Target passes a probe's catch-up prefill costs: c_B v_B(tokens the drafter has not seen)."""
+        unseen = self._idle + 1 if self._drafted else max(map(len, rows))
+        return self.costs.c(batch) * self.costs.v(batch, unseen)
+
     def select_rows(self, rows: list[int]) -> None:
         """Rows that ended leave the batch: drop their pending proposals, tell the inner drafter."""
         if self._last is not None:
@@ -210,7 +223,7 @@ class BatchScheduler:
         g = self.costs.best_gamma(alpha, B, gamma, self.margin)
         if g == 0 and not self.shadow and self.probe_every and gamma > 0:
             self._idle += 1
-            if self._idle >= self.probe_every:
+            if self._idle >= self.probe_every and self._probe_cost(B, rows) <= self.probe_budget:
                 g, self._idle = 1, 0
         elif g:
             self._idle = 0
@@ -222,6 +235,7 @@ class BatchScheduler:
         else:
             draft = self.drafter.propose(contexts, g, params, generator)
             proposals = draft.tokens.tolist()
+        self._drafted = self._drafted or draft.num_tokens > 0
         self.steps.append(SchedulerStep(B, alpha, draft.num_tokens))
         self._last = [(r, prop, draft.num_tokens) for r, prop in zip(rows, proposals)]
         return draft
