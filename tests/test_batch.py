@@ -51,6 +51,13 @@ def test_margin_keeps_speculation_off_where_the_predicted_gain_is_small():
     assert 1.0 < s < 1.1
     assert costs.best_gamma(0.3, 1, 1) == 1 and costs.best_gamma(0.3, 1, 1, margin=0.1) == 0
     assert costs.best_gamma(0.9, 1, 1, margin=0.1) == 1  # a large gain clears the margin
+    # The scheduler's margin grows with the batch (per-row work the model leaves out): none at B = 1.
+    target, _ = make_toy_pair(6, 1, match=0.8, seed=2)
+    for rows, drafts in ((1, True), (4, False)):
+        sched = BatchScheduler(NGramDrafter(), BatchCosts({1: (1.0, 1.2)}), shadow=True, prior=1e6,
+                               prior_alpha=0.3, margin=0.2)  # alpha held at 0.3: S = 1.08 for gamma 1
+        speculative_generate(target, sched, PROMPTS[:rows], 6, GREEDY, 1)
+        assert any(s.gamma for s in sched.steps) == drafts
     for bad in (-0.1, "0.1", float("nan")):
         with pytest.raises(ValueError, match="margin"):
             BatchScheduler(NGramDrafter(), costs, margin=bad)

@@ -130,12 +130,13 @@ class BatchScheduler:
                  has not drafted in this generation): that prefill costs about c_B v_B(skipped)
                  target passes, so a probe is skipped when that exceeds ``probe_budget`` passes
                  (at a large batch the catch-up costs more than the probe could win back).
-    margin:      speculate only where the model predicts S_B > 1 + margin.  The model prices the
-                 target pass and the draft steps, not the loop's own per-step work (drafting in
-                 Python, masks for rows out of step, rollbacks, rows padded to the longest draft),
-                 which a small predicted gain cannot pay for.  Measured on a 2-core CPU
-                 (SmolLM2-135M, prompt lookup): at B = 8, gamma 1 predicted at S_B = 1.03 ran at
-                 0.86 of plain decoding; with margin 0.1, B = 16 still ran at 0.78.
+    margin:      speculate only where the model predicts S_B > 1 + margin (1 - 1/B).  The model
+                 prices the target pass and the draft steps, not the loop's per-row work (drafting
+                 in Python row by row, rows padded to the longest draft, masks for rows out of
+                 step), which a small predicted gain cannot pay for once several rows share a
+                 pass; one row has none of it, so at B = 1 the margin is 0.  Measured on a 2-core
+                 CPU (SmolLM2-135M, prompt lookup): at B = 8, gamma 1 predicted at S_B = 1.03 ran
+                 at 0.86 of plain decoding; with a margin of 0.1, B = 16 still ran at 0.78.
     decay, prior, prior_alpha: the acceptance estimate, (decayed accepted + prior * prior_alpha) /
                  (decayed verified + prior), as in :class:`~specbook.drafters.adaptive.GammaPolicy`.
     """
@@ -220,7 +221,7 @@ class BatchScheduler:
         rows = [c.tolist() for c in contexts]
         self._observe(rows)
         B, alpha = len(rows), self.alpha
-        g = self.costs.best_gamma(alpha, B, gamma, self.margin)
+        g = self.costs.best_gamma(alpha, B, gamma, self.margin * (1 - 1 / B))
         if g == 0 and not self.shadow and self.probe_every and gamma > 0:
             self._idle += 1
             if self._idle >= self.probe_every and self._probe_cost(B, rows) <= self.probe_budget:
