@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import matplotlib
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -97,20 +98,23 @@ def draw_speedups(result: dict) -> Figure:
     bars = speedup_bars(result)
     n_cat, n_ser = len(bars.categories), len(bars.series)
     width = 0.8 / n_ser
-    fig = Figure(figsize=(max(7.0, 1.4 * n_cat * max(1.0, n_ser / 3)), 4.6), layout="constrained")
+    many = n_ser > 6  # a dozen drafters: a wide page at most, taller, labels turned upright
+    fig = Figure(figsize=(min(16.0, max(7.0, 1.4 * n_cat * max(1.0, n_ser / 3))), 6.4 if many else 4.6),
+                 layout="constrained")
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     for j, (name, values) in enumerate(bars.series.items()):
         xs = [i - 0.4 + width * (j + 0.5) for i, v in enumerate(values) if v is not None]
         heights = [v for v in values if v is not None]
-        drawn = ax.bar(xs, heights, width=width * 0.92, label=name)
-        ax.bar_label(drawn, fmt="%.2f", fontsize=7, padding=1)
+        colour = matplotlib.colormaps["tab20" if n_ser > 10 else "tab10"](j % (20 if n_ser > 10 else 10))
+        drawn = ax.bar(xs, heights, width=width * 0.92, label=name, color=colour)
+        ax.bar_label(drawn, fmt="%.2f", fontsize=6 if many else 7, padding=1, rotation=90 if many else 0)
     ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="plain decoding (1.0)")
     if bars.categories[-1] == "all" and n_cat > 1:  # the overall rows are not one more category
         ax.axvline(n_cat - 1.5, color="grey", linestyle=":", linewidth=1)
     ax.set_xticks(range(n_cat), bars.categories)
     ax.set_ylabel("speedup vs plain decoding (x)")
-    ax.set_ylim(0, max(1.2, 1.15 * max(v for vs in bars.series.values() for v in vs if v is not None)))
+    ax.set_ylim(0, max(1.2, (1.25 if many else 1.15) * max(v for vs in bars.series.values() for v in vs if v is not None)))
     ax.set_title(bars.title, fontsize=10)
     fig.legend(fontsize=8, ncols=min(n_ser + 1, 4), loc="outside lower center")
     ax.grid(axis="y", alpha=0.3)
