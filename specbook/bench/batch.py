@@ -269,9 +269,11 @@ def run_batch(args) -> dict:
                 "traces": run_traces(target, drafters, tokenizer, args, params, progress)}
     costs = measure_costs(model, target, drafters, args, progress)
     # Prompt lookup drafts in the shadow (free, so acceptance stays observable at gamma 0); a model
-    # drafter is probed after idle steps only where its catch-up is cheap (BatchScheduler's docstring).
+    # drafter probes after 4 idle steps, but only where its catch-up costs at most one target pass
+    # (BatchScheduler's docstring): often at a small batch, where a wrong "off" costs the most.
     schedulers = {d: BatchScheduler(drafters[d], BatchCosts(costs["v"], costs["c"].get(d, 0.0)),
-                                    shadow=d.startswith("ngram")) for d in args.drafters if d != "none"}
+                                    shadow=d.startswith("ngram"), probe_every=4)
+                  for d in args.drafters if d != "none"}
     combos = [("none", "fixed")] + [(d, p) for d in args.drafters if d != "none" for p in args.policy]
     runs = []
     bar = tqdm(total=len(args.batch_sizes) * len(combos) * args.repeats, desc="batch", disable=not progress)
