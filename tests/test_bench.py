@@ -256,6 +256,22 @@ def test_tree_budget_is_piloted_and_weighed_by_the_verify_cost():
         size_tree(target, Perfect, (1,), [[0, 1]], [1.0] * 17, step_seconds=0.0)
 
 
+def test_batched_differences_are_near_ties_only_where_the_logits_tie():
+    from specbook.bench.crosscheck import differences_are_near_ties, next_logits
+    from specbook.models import LlamaConfig, LlamaModel
+
+    cfg = LlamaConfig(vocab_size=50, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=48,
+                      max_position_embeddings=64)
+    model = LlamaModel(cfg).init_weights(std=0.5, generator=torch.Generator().manual_seed(0))
+    prompts = [[1, 2, 3], [4, 5]]
+    plain = [[int(next_logits(model, p).argmax())] for p in prompts]
+    worst = [int(next_logits(model, p).argmin()) for p in prompts]  # far from a tie
+    assert differences_are_near_ties(model, prompts, plain, plain) is None  # nothing differs
+    assert differences_are_near_ties(model, prompts, plain, [plain[0], [worst[1]]]) is False
+    flat = LlamaModel(cfg).init_weights(std=0.0)  # every logit equal: any difference is a tie
+    assert differences_are_near_ties(flat, prompts, [[7], [8]], [[9], [8]]) is True
+
+
 def test_greedy_differences_are_explained_as_near_ties_or_flagged():
     from specbook.models import LlamaConfig, LlamaModel
 

@@ -41,7 +41,8 @@ from ..models.chat import chat_ids
 from ..models.dtype import dtype_name, resolve_dtype
 from ..sampling import SamplingParams
 from . import batch_costs
-from .batch_traces import run_traces
+from .batch_traces import format_traces, run_traces
+from .crosscheck import differences_are_near_ties
 from .results import machine_info
 from .registry import DRAFTERS, get_drafter
 from .workloads import load_prompts, select
@@ -291,7 +292,8 @@ def run_batch(args) -> dict:
             seqs = run.pop("sequences")
             run.update(drafter=d, policy=pol if d != "none" else "plain", batch_size=B,
                        gamma=0 if d == "none" else args.gamma,
-                       outputs_identical_to_plain=(seqs == plain) if params.greedy else None)
+                       outputs_identical_to_plain=(seqs == plain) if params.greedy else None,
+                       differences_are_near_ties=differences_are_near_ties(model, batch, plain, seqs) if params.greedy else None)
             runs.append(run)
     bar.close()
     result = {"machine": machine_info("cpu"), "command": args.command,
@@ -369,19 +371,13 @@ def roofline_section(model, drafters, runs, costs, args) -> dict:
     return {**roof, "params": params, "dtype_bytes": dtype_bytes, "predicted": predicted}
 
 
-def format_traces(traces: dict) -> str:
-    lines = [f"reasoning traces, {traces['tokens']} new tokens, acceptance per {traces['window']}-token window"]
-    for r in traces["runs"]:
-        curve = " ".join("-" if a is None else f"{a:.2f}" for a in (r["window_acceptance"] or []))
-        lines.append(f"{r['drafter']:<6} B={r['batch_size']:<2} {r['tokens_per_s']:7.1f} tok/s {r['seconds']:7.1f} s  {curve}")
-    return "\n".join(lines)
-
-
 def format_table(result: dict) -> str:
     lines = [f"{'drafter':<8} {'policy':<9} {'B':>3} {'tok/s':>8} {'ms/tok':>8} {'tau':>5} {'pos/pass':>8} "
              f"{'wasted':>6} {'pad':>5} {'=plain':>6}"]
     for r in result["runs"]:
         same = {True: "yes", False: "NO", None: "-"}[r["outputs_identical_to_plain"]]
+        if r["outputs_identical_to_plain"] is False and r.get("differences_are_near_ties"):
+            same = "ties"  # every difference starts at a near tie for the dtype
         lines.append(f"{r['drafter']:<8} {r['policy']:<9} {r['batch_size']:>3} {r['tokens_per_s']:>8.1f} "
                      f"{r['ms_per_token']:>8.1f} {r['tau']:>5.2f} {r['positions_per_pass']:>8.1f} "
                      f"{r['wasted_fraction']:>6.2f} {r['padding_fraction']:>5.2f} {same:>6}")

@@ -80,3 +80,11 @@ def run_traces(target, drafters: dict, tokenizer, args, params, progress: bool =
     bar.close()
     return {"prompts": str(REASONING_PROMPTS.name), "tokens": args.trace_tokens, "window": args.trace_window,
             "gamma": args.gamma, "runs": runs}
+
+
+def format_traces(traces: dict) -> str:
+    lines = [f"reasoning traces, {traces['tokens']} new tokens, acceptance per {traces['window']}-token window"]
+    for r in traces["runs"]:
+        curve = " ".join("-" if a is None else f"{a:.2f}" for a in (r["window_acceptance"] or []))
+        lines.append(f"{r['drafter']:<6} B={r['batch_size']:<2} {r['tokens_per_s']:7.1f} tok/s {r['seconds']:7.1f} s  {curve}")
+    return "\n".join(lines)

@@ -103,6 +103,15 @@ def explain_divergence(model: LlamaModel, prompt: list[int], reference: list[int
                       threshold, str(dtype).removeprefix("torch."), spread)
 
 
+def differences_are_near_ties(model: LlamaModel, prompts: list[list[int]], plain: list[list[int]],
+                              other: list[list[int]]) -> bool | None:
+    """None if every row equals plain decoding's; else whether each differing row leaves it at a near
+    tie for the model's dtype (:func:`explain_divergence`: a pass over several positions sums
+    in another order, so the argmax may flip where the two best logits are that close)."""
+    found = [explain_divergence(model, p, a, b) for p, a, b in zip(prompts, plain, other) if a != b]
+    return None if not found else all(d is not None and d.is_tie for d in found)
+
+
 def greedy_four_ways(model: LlamaModel, hf_model, tokenizer, prompt: list[int], new_tokens: int,
                      gamma: int = 4, target: LlamaTarget | None = None) -> dict[str, list[int]]:
     """Greedy continuations of ``prompt`` by specbook (plain, n-gram speculative) and transformers
