@@ -30,7 +30,7 @@ from ..models import LlamaModel, LlamaTarget
 from ..sampling import GREEDY, SamplingParams, logits_to_probs
 from ..stats import chisquare_gof
 
-TIE_GAP = 1e-4  # float32: SmolLM2's logits are O(10-30); reordering moves them by ~1e-6
+TIE_GAP = 1e-4  # float32: SmolLM2's logits are O(10-30); summing in another order moves them by up to ~1e-4
 # The near-tie threshold per dtype: a few last-place steps of a logit in [32, 64), where
 # SmolLM2's top logits reach (up to ~40), after 30 layers of rounding.  float32 keeps 24 bits
 # (a step of 4e-6 there; 1e-4 leaves room for the accumulated error), float16 11 bits (a step
