@@ -201,7 +201,9 @@ def load_model():
         from specbook.models.smollm2 import is_fetched, load_smollm2
 
         if is_fetched():
-            smollm2, tok = load_smollm2()
+            # float32: the sweep checks every row token for token against plain decoding, and
+            # in bfloat16 a multi-position pass may flip a near tie (lesson 4).
+            smollm2, tok = load_smollm2(dtype="float32")
             return smollm2, "SmolLM2-135M-Instruct", tok
         return LlamaModel(LlamaConfig()).init_weights(generator=torch.Generator().manual_seed(0)), \
             "random Llama of SmolLM2's shape", None
