@@ -99,7 +99,9 @@ def took(t0: float) -> str:
 # after them.
 
 # %%
-model, tokenizer = load_smollm2()
+# float32, whatever this CPU prefers (dtype "auto" would pick bfloat16 where it is native): every
+# greedy comparison below is token for token, and the verify-cost section adds a bfloat16 copy.
+model, tokenizer = load_smollm2(dtype="float32")
 END = tokenizer.convert_tokens_to_ids("<|im_end|>")
 n_params = sum(p.numel() for p in model.parameters())
 print(f"SmolLM2-135M-Instruct: {n_params / 1e6:.0f} M parameters, {model.config.n_layers} layers, "

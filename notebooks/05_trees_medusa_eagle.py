@@ -171,7 +171,7 @@ print("== the longest result of verifying each path separately:", best_chain)
 
 # %%
 t0 = time.perf_counter()
-smol, tokenizer = sb.models.load_smollm2()
+smol, tokenizer = sb.models.load_smollm2(dtype="float32")  # and a bfloat16 copy beside it
 smol_bf16 = copy.deepcopy(smol).to(torch.bfloat16)
 context_ids = list(range(1000, 1064))  # any 64 cached tokens: the cost depends on lengths, not on words
 tree_curves = {name: verify_cost_curve(LlamaTarget(m, max_length=160), context_ids, sizes=TREE_SIZES,
