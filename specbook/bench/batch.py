@@ -290,10 +290,11 @@ def run_batch(args) -> dict:
         for (d, pol), rr in reps.items():
             run = _median_run(rr)
             seqs = run.pop("sequences")
+            ties = differences_are_near_ties(model, batch, plain, seqs) if params.greedy else None
             run.update(drafter=d, policy=pol if d != "none" else "plain", batch_size=B,
                        gamma=0 if d == "none" else args.gamma,
                        outputs_identical_to_plain=(seqs == plain) if params.greedy else None,
-                       differences_are_near_ties=differences_are_near_ties(model, batch, plain, seqs) if params.greedy else None)
+                       differences_are_near_ties=ties)
             runs.append(run)
     bar.close()
     result = {"machine": machine_info("cpu"), "command": args.command,

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from .. import theory
 from ..decode import speculative_generate
 from ..sampling import GREEDY
+from .measure import TimedDrafter
 
 PILOT_NEW_TOKENS = 32
 
@@ -67,8 +68,6 @@ def pilot(target, drafter, prompts: Sequence[list[int]], gamma: int, eos_token_i
           new_tokens: int = PILOT_NEW_TOKENS) -> tuple[float, float, float]:
     """(acceptance rate accepted/verified, tokens per pass, drafting seconds per pass) of ``drafter``
     over ``prompts``, greedy."""
-    from .measure import TimedDrafter  # the same layer; imported here to keep this module's top light
-
     timed = TimedDrafter(drafter)
     accepted = verified = emitted = passes = 0
     for ids in prompts:
