@@ -14,6 +14,7 @@ from specbook.bench.batch_traces import WindowAcceptance
 from specbook.decode import generate, speculative_generate
 from specbook.drafters import DraftModelDrafter, NGramDrafter
 from specbook.drafters.scheduler import BatchCosts, BatchScheduler
+from specbook.protocols import Draft
 from specbook.sampling import GREEDY
 from specbook.toy import make_toy_pair
 
@@ -61,6 +62,53 @@ def test_margin_keeps_speculation_off_where_the_predicted_gain_is_small():
     for bad in (-0.1, "0.1", float("nan")):
         with pytest.raises(ValueError, match="margin"):
             BatchScheduler(NGramDrafter(), costs, margin=bad)
+
+
+class _HalfMatched:
+    """Prompt lookup that finds a match in row 0 only: row 1's drafts are padding (match length 0)."""
+
+    passes = 0
+
+    def propose(self, contexts, gamma, params, generator=None):
+        self.match_lengths = [2] + [0] * (len(contexts) - 1)
+        rows = [[7] * gamma] + [[int(c[-1])] * gamma for c in contexts[1:]]
+        return Draft(torch.tensor(rows, dtype=torch.long).reshape(len(contexts), gamma), None)
+
+
+def test_scheduler_drafts_for_the_rows_furthest_behind():
+    """A step is worth what it gives the rows that finish last; a row without a match gains nothing."""
+    sched = BatchScheduler(_HalfMatched(), BatchCosts(FLAT), shadow=True, margin=0.0, prior=1e6, prior_alpha=0.8)
+    ctx = [[1, 2, 3], [4, 5]]
+    first = sched.propose([torch.tensor(c) for c in ctx], 4, GREEDY)
+    assert first.num_tokens > 0  # rows level: half the batch gains, verification is nearly free
+    ctx = [ctx[0] + [7] * first.num_tokens + [1], ctx[1] + [9]]  # row 0 accepted all; row 1 got one token
+    assert sched.propose([torch.tensor(c) for c in ctx], 4, GREEDY).num_tokens == 0  # row 1 is behind, unmatched
+    # The pooled rule (one alpha over all rows) would have drafted here: the twin this test must tell apart.
+    assert BatchCosts(FLAT).best_gamma(sched.alpha, 2, 4) > 0
+    swapped = BatchScheduler(_HalfMatched(), BatchCosts(FLAT), shadow=True, margin=0.0, prior=1e6, prior_alpha=0.8)
+    swapped.propose([torch.tensor(c) for c in ([4, 5], [1, 2, 3])], 4, GREEDY)
+    # now the matched row 0 is the one behind: drafting helps the row that sets the pace
+    assert swapped.propose([torch.tensor(c) for c in ([4, 5, 9], [1, 2, 3, 9, 9, 9, 9, 9])], 4, GREEDY).num_tokens > 0
+
+
+def test_measured_roofline_uses_the_step_shape():
+    from specbook.bench.batch_costs import measure_roofline
+
+    roof = measure_roofline(rows=4, dim=8, hidden=16, size=16, read_mb=1, reps=1)
+    assert roof["matmul_shape"] == [4, 8, 16] and roof["matmul_flop_per_s"] > 0
+    assert roof["ridge_flop_per_byte"] == pytest.approx(roof["matmul_flop_per_s"] / roof["memory_bytes_per_s"])
+    assert roof["square_matmul_flop_per_s"] > 0
+    with pytest.raises(ValueError, match="rows"):
+        measure_roofline(rows=0)
+
+
+def test_one_time_catch_up_is_spread_over_the_tokens_to_come():
+    costs = BatchCosts(FLAT, 0.1)
+    assert costs.best(lambda g: 1 + 0.5 * g, 1, 4) > 0
+    assert costs.best(lambda g: 1 + 0.5 * g, 1, 4, once=30.0, horizon=8) == 0  # a prefill 8 tokens cannot repay
+    assert costs.best(lambda g: 1 + 0.5 * g, 1, 4, once=30.0, horizon=10_000) > 0
+    with pytest.raises(ValueError, match="horizon"):
+        BatchScheduler(NGramDrafter(), costs, horizon=0)
 
 
 @pytest.mark.parametrize("table, shadow", [(FLAT, False), (STEEP, True), (STEEP, False)])

@@ -273,7 +273,7 @@ def run_batch(args) -> dict:
     # drafter probes after 4 idle steps, but only where its catch-up costs at most one target pass
     # (BatchScheduler's docstring): often at a small batch, where a wrong "off" costs the most.
     schedulers = {d: BatchScheduler(drafters[d], BatchCosts(costs["v"], costs["c"].get(d, 0.0)),
-                                    shadow=d.startswith("ngram"), probe_every=4)
+                                    shadow=d.startswith("ngram"), probe_every=4, horizon=args.max_new_tokens)
                   for d in args.drafters if d != "none"}
     combos = [("none", "fixed")] + [(d, p) for d in args.drafters if d != "none" for p in args.policy]
     runs = []
@@ -328,7 +328,8 @@ def measure_costs(model, target, drafters, args, progress: bool) -> dict:
     measured = batch_costs.batch_verify_costs(probe, args.batch_sizes, args.gamma + 1, draft=draft_target)
     costs = {"v": measured["v"], "t1_seconds": measured["seconds"],
              "c": {"draft": measured["c"]} if draft_target is not None else {},
-             "roofline": batch_costs.measure_roofline(resolve_dtype(args.dtype))}
+             "roofline": batch_costs.measure_roofline(resolve_dtype(args.dtype), dim=model.config.dim,
+                                                      hidden=model.config.intermediate_size)}
     return costs
 
 
