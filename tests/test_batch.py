@@ -91,6 +91,30 @@ def test_scheduler_drafts_for_the_rows_furthest_behind():
     assert swapped.propose([torch.tensor(c) for c in ([4, 5, 9], [1, 2, 3, 9, 9, 9, 9, 9])], 4, GREEDY).num_tokens > 0
 
 
+class _Sevens:
+    """A chain drafter that always proposes token 7."""
+
+    passes = 0
+
+    def propose(self, contexts, gamma, params, generator=None):
+        return Draft(torch.full((len(contexts), gamma), 7, dtype=torch.long), None)
+
+
+def test_acceptance_is_estimated_per_draft_position():
+    """Bursty acceptance (the first draft half the time, then all of them): one pooled rate says 0.8
+    everywhere, the per-position rates say 0.5 for the first draft and nearly 1 after it."""
+    sched = BatchScheduler(_Sevens(), BatchCosts(FLAT), margin=0.0)
+    ctx = [1, 2]
+    for step in range(60):
+        k = sched.propose([torch.tensor(ctx)], 4, GREEDY).num_tokens
+        ctx = ctx + ([7] * k + [3] if step % 2 else [9])  # all k accepted plus a bonus, or the first rejected
+    assert [s.gamma for s in sched.steps[-10:]] == [4] * 10  # verification is nearly free: the ceiling
+    first, *rest = sched.depth_alphas(4)
+    assert 0.35 < first < 0.65 and all(a > 0.9 for a in rest)
+    assert 0.7 < sched.alpha < 0.9
+    assert sched.depth_alphas(6)[4:] == [pytest.approx(rest[-1], abs=0.1)] * 2  # untested positions inherit
+
+
 def test_measured_roofline_uses_the_step_shape():
     from specbook.bench.batch_costs import measure_roofline
 
