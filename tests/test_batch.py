@@ -38,6 +38,33 @@ def test_costs_interpolate_and_refuse_bad_tables():
         BatchCosts(FLAT, -0.5)
 
 
+def test_catch_up_is_priced_from_the_measured_prefill():
+    costs = BatchCosts({1: (1.0, 1.1, 1.2)}, 0.5, {1: 0.01})
+    assert costs.catch_up_cost(1, 2) == pytest.approx(0.5 * 1.1)  # within the curve: c v(n)
+    assert costs.catch_up_cost(1, 100) == pytest.approx(1.0)  # past it: the prefill rate, 0.01 per token
+    unmeasured = BatchCosts({1: (1.0, 1.1, 1.2)}, 0.5)
+    assert unmeasured.catch_up_cost(1, 100) == pytest.approx(0.5 * (1.2 + 0.1 * 97))  # extrapolated
+    with pytest.raises(ValueError, match="catch_up"):
+        BatchCosts(FLAT, 0.1, -1.0)
+
+
+def test_measured_costs_on_a_tiny_model():
+    from specbook.bench.batch_costs import batch_verify_costs
+    from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
+
+    def tiny(seed):
+        cfg = LlamaConfig(vocab_size=1100, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, intermediate_size=48,
+                          max_position_embeddings=128)
+        return LlamaTarget(LlamaModel(cfg).init_weights(generator=torch.Generator().manual_seed(seed)),
+                           max_length=64)
+
+    out = batch_verify_costs(tiny(0), [1, 2], 3, context=16, draft=tiny(1), reps=1)
+    for B in (1, 2):
+        assert out["v"][B][0] == 1.0 and all(b >= a for a, b in zip(out["v"][B], out["v"][B][1:]))
+        assert out["v"][B] == [max(out["v_raw"][B][:n]) for n in (1, 2, 3)]
+        assert out["c"][B] > 0 and out["catch_up"][B] > 0
+
+
 def test_best_gamma_follows_load_and_acceptance():
     costs = BatchCosts(STEEP, 0.0)
     assert costs.best_gamma(0.8, 1, 4) == 4  # idle arithmetic, good drafts: draft the ceiling

@@ -320,6 +320,11 @@ def test_interleaved_medians_rotates_the_order_and_skips_warmup():
     assert set(med) == {"a", "b", "c"} and all(t >= 0 for t in med.values())
     with pytest.raises(ValueError, match="reps"):
         interleaved_medians(["a"], calls.append, reps=0)
+    import time
+
+    pauses = iter([0.0, 0.03, 0.03])  # one quiet round, two slowed by other work
+    fastest = interleaved_medians(["a"], lambda k: time.sleep(next(pauses)), reps=3, reduce=min)
+    assert fastest["a"] < 0.02  # the median would be 0.03
 
 
 # ---------------------------------------------------------------- a real run (SmolLM2, both engines)

@@ -272,7 +272,8 @@ def run_batch(args) -> dict:
     # Prompt lookup drafts in the shadow (free, so acceptance stays observable at gamma 0); a model
     # drafter probes after 4 idle steps, but only where its catch-up costs at most one target pass
     # (BatchScheduler's docstring): often at a small batch, where a wrong "off" costs the most.
-    schedulers = {d: BatchScheduler(drafters[d], BatchCosts(costs["v"], costs["c"].get(d, 0.0)),
+    schedulers = {d: BatchScheduler(drafters[d], BatchCosts(costs["v"], costs["c"].get(d, 0.0),
+                                                            costs["catch_up"].get(d, 0.0)),
                                     shadow=d.startswith("ngram"), probe_every=4, horizon=args.max_new_tokens)
                   for d in args.drafters if d != "none"}
     combos = [("none", "fixed")] + [(d, p) for d in args.drafters if d != "none" for p in args.policy]
@@ -326,8 +327,9 @@ def measure_costs(model, target, drafters, args, progress: bool) -> dict:
         draft_target = LlamaTarget(inner.model, max_length=128)
     probe = LlamaTarget(model, max_length=128)
     measured = batch_costs.batch_verify_costs(probe, args.batch_sizes, args.gamma + 1, draft=draft_target)
-    costs = {"v": measured["v"], "t1_seconds": measured["seconds"],
+    costs = {"v": measured["v"], "v_raw": measured["v_raw"], "t1_seconds": measured["seconds"],
              "c": {"draft": measured["c"]} if draft_target is not None else {},
+             "catch_up": {"draft": measured["catch_up"]} if draft_target is not None else {},
              "roofline": batch_costs.measure_roofline(resolve_dtype(args.dtype), dim=model.config.dim,
                                                       hidden=model.config.intermediate_size)}
     return costs

@@ -36,8 +36,12 @@ def synchronize(device: torch.device | str | None) -> None:
 
 
 def interleaved_medians(keys: Sequence[Hashable], run: Callable, *, reps: int, warmup: int = 0,
-                        after: Callable | None = None, device=None, progress: str | None = None) -> dict:
+                        after: Callable | None = None, device=None, progress: str | None = None,
+                        reduce: Callable = statistics.median) -> dict:
     """{key: median seconds of ``run(key)``} over ``reps`` timed rounds after ``warmup`` untimed ones.
+
+    ``reduce``: how a key's timings become one figure (``min`` estimates a kernel's own cost on a
+    shared machine, where other work only ever adds time).
 
     Round r visits ``keys`` starting at index r mod len(keys).  ``after(key)``, untimed, runs
     after every call (e.g. rolling a cache back to where the timed forward started).
@@ -60,7 +64,7 @@ def interleaved_medians(keys: Sequence[Hashable], run: Callable, *, reps: int, w
                 times[k].append(time.perf_counter() - t0)
             if after is not None:
                 after(k)
-    return {k: statistics.median(times[k]) for k in keys}
+    return {k: reduce(times[k]) for k in keys}
 
 
 class _HFChain:

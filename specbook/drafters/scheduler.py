@@ -61,10 +61,14 @@ class BatchCosts:
                  is priced by extrapolating the last step linearly.
     draft_cost:  {B: c_B}, one draft step over one target step at batch B, or one float for every B
                  (0 for a drafter without a model, such as prompt lookup).
+    catch_up:    {B: target passes per token} a model drafter's prefill costs when it catches up on
+                 tokens it has not seen (every row at once), or one float; 0 (not measured): a catch-up
+                 of n tokens is priced c_B v_B(n), extrapolated past the measured curve.
     """
 
     verify_cost: Mapping[int, tuple[float, ...]]
     draft_cost: Mapping[int, float] | float = 0.0
+    catch_up: Mapping[int, float] | float = 0.0
 
     def __post_init__(self):
         if not isinstance(self.verify_cost, Mapping) or not self.verify_cost:
@@ -74,9 +78,10 @@ class BatchCosts:
                 raise ValueError(f"verify_cost keys must be batch sizes >= 1, got {b!r}")
             if len(curve) < 1 or any(not v > 0 for v in curve):
                 raise ValueError(f"verify_cost[{b}] must be a non-empty curve of positive ratios, got {curve!r}")
-        costs = self.draft_cost.values() if isinstance(self.draft_cost, Mapping) else [self.draft_cost]
-        if any(not c >= 0 for c in costs):
-            raise ValueError(f"draft_cost must be >= 0, got {self.draft_cost!r}")
+        for name in ("draft_cost", "catch_up"):
+            value = getattr(self, name)
+            if any(not c >= 0 for c in (value.values() if isinstance(value, Mapping) else [value])):
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
 
     def v(self, batch: int, positions: int) -> float:
         """v_B(n) at this batch size (interpolated between measured batch sizes)."""
@@ -92,6 +97,14 @@ class BatchCosts:
         if isinstance(self.draft_cost, Mapping):
             return _interpolate(self.draft_cost, batch)
         return float(self.draft_cost)
+
+    def catch_up_cost(self, batch: int, tokens: int) -> float:
+        """Target passes for a model drafter to feed ``tokens`` it has not seen, in every row."""
+        per_token = _interpolate(self.catch_up, batch) if isinstance(self.catch_up, Mapping) else self.catch_up
+        shortest = min(len(curve) for curve in self.verify_cost.values())
+        if tokens <= shortest or not per_token:
+            return self.c(batch) * self.v(batch, tokens)
+        return float(per_token) * tokens
 
     def speedup(self, alpha: float, gamma: int, batch: int) -> float:
         """S_B(alpha, gamma): speculation's throughput over plain decoding's at ``batch`` live rows."""
@@ -283,7 +296,7 @@ class BatchScheduler:
         if self._drafted and self._idle == 0:
             return 0.0  # it drafted last step: the tokens since are part of every step's c_B
         unseen = self._idle + 1 if self._drafted else max(c.shape[0] for c in contexts)
-        return self.costs.c(batch) * self.costs.v(batch, unseen)
+        return self.costs.catch_up_cost(batch, unseen)
 
     def _choose(self, contexts: list[torch.Tensor], gamma: int, matched: list[bool]) -> tuple[int, float]:
         """(gamma, the mean acceptance it assumed) for the rows furthest behind."""
