@@ -307,4 +307,9 @@ def test_crossover_and_adaptive_ratio_read_the_runs():
     args = type("A", (), {"drafters": ["none", "ngram"]})()
     assert batch_cmd.crossovers(runs, args) == {"ngram": 4}
     assert batch_cmd.adaptive_vs_best(runs)["ngram"] == {1: pytest.approx(14.5 / 15), 4: pytest.approx(29 / 30)}
+    for r in runs:  # each policy's fastest repeat, read the same way
+        r["tokens_per_s_fastest"] = r["tokens_per_s"] * (1.2 if r["policy"] == "adaptive" else 1.0)
+    assert batch_cmd.adaptive_vs_best(runs, "tokens_per_s_fastest")["ngram"][4] == pytest.approx(29 * 1.2 / 30)
+    assert batch_cmd._median_run([{"seconds": s, "prefill_seconds": 0.0, "tokens_per_s": 10 / s, "ms_per_token": s}
+                                  for s in (1.0, 2.0, 4.0)])["tokens_per_s_fastest"] == 10.0
     assert batch_cmd.crossovers(runs[:3], args) == {"ngram": None}  # never slower: no crossover

@@ -7,6 +7,8 @@ Shape legend: B batch (rows), n new positions per row in one forward, T context 
   draft-model step over one target step at the same B.
 * :func:`measure_roofline`: this machine's matmul flop/s (at the model's own projection shape) and
   memory-read bytes/s, and so its ridge point (flop per byte) in the sense of Williams, Waterman and Patterson (2009, "Roofline").
+* :func:`crossovers` / :func:`adaptive_vs_best`: the runs of ``python -m specbook batch`` read back (where
+  fixed speculation falls below plain decoding; the scheduler against the better of the two).
 * :func:`roofline_speedup` / :func:`roofline_crossover`: the roofline's prediction of where
   speculation stops paying: a step over B rows and n positions takes
   t(B, n) = max(weight bytes / bandwidth, 2 * params * B * n / flop/s), and speculation beats plain
@@ -132,3 +134,28 @@ def roofline_crossover(alpha: float, gamma: int, roofline: dict, params: int, dt
 
 def now() -> float:
     return time.perf_counter()
+
+
+def crossovers(runs: list[dict], args) -> dict:
+    """Per drafter: the smallest batch size where fixed speculation's throughput falls below plain's."""
+    plain = {r["batch_size"]: r["tokens_per_s"] for r in runs if r["drafter"] == "none"}
+    out = {}
+    for d in args.drafters:
+        if d == "none":
+            continue
+        fixed = {r["batch_size"]: r["tokens_per_s"] for r in runs if r["drafter"] == d and r["policy"] == "fixed"}
+        out[d] = next((B for B in sorted(fixed) if fixed[B] < plain[B]), None) if fixed else None
+    return out
+
+
+def adaptive_vs_best(runs: list[dict], figure: str = "tokens_per_s") -> dict:
+    """{drafter: {B: adaptive tokens/s over the better of plain and fixed speculation at B}} (goal: >= 0.95).
+
+    ``figure``: "tokens_per_s" (medians over the repeats) or "tokens_per_s_fastest" (each policy's
+    fastest repeat: on a shared host other work only ever slows a run down)."""
+    tps = {(r["drafter"], r["policy"], r["batch_size"]): r[figure] for r in runs}
+    out: dict = {}
+    for (d, pol, B), value in tps.items():
+        if pol == "adaptive" and (d, "fixed", B) in tps and ("none", "plain", B) in tps:
+            out.setdefault(d, {})[B] = value / max(tps[("none", "plain", B)], tps[(d, "fixed", B)])
+    return out
