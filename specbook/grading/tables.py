@@ -112,4 +112,4 @@ def body(results: dict) -> str:
         parts.append(calibration_text(results["calibration"]))
     if results.get("detection") is not None:
         parts.append(detection_text(results["detection"]))
-    return "\n\n".join(parts)
+    return "\n".join(p if i == 0 or p.startswith("\n") else "\n" + p for i, p in enumerate(parts))
