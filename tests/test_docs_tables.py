@@ -85,6 +85,8 @@ def test_calibration_and_detection_json_hold_the_printed_tables(tmp_path, capsys
     assert (correct["name"], correct["kind"], correct["seeds"]) == ("multinomial", "correct", 2)
     (lossy,) = report["detection"][0]["rows"]
     assert lossy["name"] == "always accept" and lossy["failed_lossless"] == 2 and lossy["failed"] == 2
+    assert lossy["failed_seeds"] == lossy["failed_lossless_seeds"] == [0, 1]  # which seeds, not only how many
+    assert len(correct["failed_seeds"]) == correct["failed"] and set(correct["first_failures"]) <= {"0", "1"}
     assert 0.99 < lossy["power"] <= 1 and lossy["margin"] > 1  # one full run fed the power columns
 
     # the rendered tables are the printed ones, and their cells are the JSON's numbers

@@ -71,9 +71,10 @@ def _finite(x: float) -> float | None:
 
 
 def _row(r, **extra) -> dict:
-    """A :class:`detection.Row` as plain data: raw numbers, NaN as None."""
+    """A :class:`detection.Row` as plain data: raw numbers, NaN as None, and which seeds failed each verdict."""
     return {"name": r.name, "description": r.description, **extra, "seeds": r.seeds, "failed": r.failed,
-            "failed_lossless": r.failed_lossless, "power": _finite(r.power),
+            "failed_lossless": r.failed_lossless, "failed_seeds": r.failed_seeds,
+            "failed_lossless_seeds": r.failed_lossless_seeds, "power": _finite(r.power),
             "lossless_power": _finite(r.lossless_power), "margin": _finite(r.margin), "caught_by": r.caught_by,
             "seconds_per_check": r.seconds}
 
@@ -99,7 +100,9 @@ def calibration(seeds: int, null_reps: int, which: str = "both", names=()) -> li
         chosen = [(kind, _only(entries, names)) for kind, entries in (("correct", correct),
                                                                        ("lossless, not standard", lossless))]
         if seeds and any(e for _, e in chosen):
-            block["rows"] = [_row(r, kind=kind) for kind, entries in chosen
+            # a correct implementation's rare failures are worth reading: each failed seed's first failing check
+            block["rows"] = [{**_row(r, kind=kind), "first_failures": {str(s): f for s, f in r.first_failures.items()}}
+                             for kind, entries in chosen
                              for r in run_entries(checker, entries, range(seeds), fail_fast=False)]
         blocks.append(block)
     return blocks
