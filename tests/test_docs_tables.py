@@ -88,6 +88,7 @@ def test_calibration_and_detection_json_hold_the_printed_tables(tmp_path, capsys
     assert lossy["failed_seeds"] == lossy["failed_lossless_seeds"] == [0, 1]  # which seeds, not only how many
     assert len(correct["failed_seeds"]) == correct["failed"] and set(correct["first_failures"]) <= {"0", "1"}
     assert 0.99 < lossy["power"] <= 1 and lossy["margin"] > 1  # one full run fed the power columns
+    assert 0.99 < lossy["lossless_power"] <= 1 and lossy["lossless_margin"] > 1 and correct["margin"] is None
 
     # the rendered tables are the printed ones, and their cells are the JSON's numbers
     rendered = _rendered(path)

@@ -75,7 +75,8 @@ def _row(r, **extra) -> dict:
     return {"name": r.name, "description": r.description, **extra, "seeds": r.seeds, "failed": r.failed,
             "failed_lossless": r.failed_lossless, "failed_seeds": r.failed_seeds,
             "failed_lossless_seeds": r.failed_lossless_seeds, "power": _finite(r.power),
-            "lossless_power": _finite(r.lossless_power), "margin": _finite(r.margin), "caught_by": r.caught_by,
+            "lossless_power": _finite(r.lossless_power), "margin": _finite(r.margin),
+            "lossless_margin": _finite(r.lossless_margin), "caught_by": r.caught_by,
             "seconds_per_check": r.seconds}
 
 

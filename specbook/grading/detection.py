@@ -158,6 +158,7 @@ class Row:
     failed_seeds: list[int] = field(default_factory=list)  # the seeds counted in ``failed``
     failed_lossless_seeds: list[int] = field(default_factory=list)  # the seeds counted in ``failed_lossless``
     first_failures: dict[int, str] = field(default_factory=dict)  # seed -> its first failing check ("case: name")
+    lossless_margin: float = float("nan")  # as ``margin``, from the lossless tests and the properties alone
 
 
 def lossless_only(report: Report) -> Report:
@@ -197,5 +198,6 @@ def run_entries(checker, entries, seeds: range, full_seeds: int = 0, fail_fast: 
             row.power = statistics.median(predicted_power(r) for r in reps)
             row.margin = min(1.0 / needed_scale(r) for r in reps)
             row.lossless_power = statistics.median(predicted_power(lossless_only(r)) for r in reps)
+            row.lossless_margin = min(1.0 / needed_scale(lossless_only(r)) for r in reps)
         rows.append(row)
     return rows

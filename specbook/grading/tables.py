@@ -12,11 +12,12 @@ The sections, as ``__main__.measure`` builds them (every number raw, not rounded
 * ``timings``: ``{"repeats", "rows": [{"checker", "implementation", "calls", "wall_s", "cpu_s",
   "slowest_case", "slowest_case_wall_s", "wall_s_runs"}]}``
 * ``calibration``: per checker ``{"checker", "null_simulation": {...} or None, "seeds",
-  "rows": [{"name", "description", "kind", "seeds", "failed", "failed_lossless",
-  "seconds_per_check"}]}``
+  "rows": [{"name", "description", "kind", "seeds", "failed", "failed_lossless", "failed_seeds", ...}]}``
+  (the same row fields as ``detection``, powers None)
 * ``detection``: per checker ``{"checker", "seeds", "full_seeds", "rows": [{"name",
-  "description", "seeds", "failed", "failed_lossless", "power", "lossless_power", "margin",
-  "caught_by", "seconds_per_check"}]}`` (a power or margin that was not computed is None)
+  "description", "seeds", "failed", "failed_lossless", "failed_seeds", "failed_lossless_seeds", "power",
+  "lossless_power", "margin", "lossless_margin", "caught_by", "seconds_per_check"}]}`` (a power or margin
+  that was not computed is None; calibration rows also have ``first_failures``: seed -> first failing check)
 """
 from __future__ import annotations
 
