@@ -100,9 +100,15 @@ def render(path: str | Path, report: dict) -> str:
     return caption(path, report) + "\n\n" + text
 
 
+def _existing(text: str) -> str:
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text!r}")
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("reports", nargs="+", metavar="REPORT.json",
+    ap.add_argument("reports", nargs="+", metavar="REPORT.json", type=_existing,
                     help="written by python -m specbook.grading ... --json or python scripts/power_report.py --json")
     args = ap.parse_args(argv)
     print("\n\n".join(render(p, load(p)) for p in args.reports))

@@ -167,7 +167,7 @@ def test_help_and_bad_flags(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         docs_tables.main(["--help"])
     assert exit_.value.code == 0 and "docs/data" in capsys.readouterr().out
-    for argv in (["--bogus", "x.json"], []):
+    for argv in (["--bogus", "x.json"], [], [str(tmp_path / "missing.json")]):
         with pytest.raises(SystemExit) as exit_:
             docs_tables.main(argv)
         assert exit_.value.code == 2
