@@ -111,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("reports", nargs="+", metavar="REPORT.json", type=_existing,
                     help="written by python -m specbook.grading ... --json or python scripts/power_report.py --json")
     args = ap.parse_args(argv)
-    print("\n\n".join(render(p, load(p)) for p in args.reports))
+    try:
+        reports = [(p, load(p)) for p in args.reports]
+    except ValueError as err:  # not a report: say which file and why, as a usage error
+        ap.error(str(err))
+    print("\n\n".join(render(p, report) for p, report in reports))
     return 0
 
 

@@ -152,14 +152,18 @@ def test_power_report_json_holds_the_printed_table(tmp_path, capsys, monkeypatch
                                      {"format": "specbook.grading/1", "command": "x", "machine": {}, "settings": {}},
                                      {"format": "specbook.power_report/1", "command": "x", "machine": {}, "settings": {},
                                       "rows": [{"implementation": "a"}]}])
-def test_a_json_that_is_not_a_report_is_refused_naming_the_file(tmp_path, content):
+def test_a_json_that_is_not_a_report_is_refused_naming_the_file(tmp_path, capsys, content):
+    docs_tables = _script("docs_tables")
     path = tmp_path / "other.json"
     path.write_text(json.dumps(content))
     with pytest.raises(ValueError, match=re.escape(str(path))):
-        _script("docs_tables").main([str(path)])
+        docs_tables.load(path)
+    with pytest.raises(SystemExit) as exit_:  # the command line says the same as a usage error
+        docs_tables.main([str(path)])
+    assert exit_.value.code == 2 and str(path) in capsys.readouterr().err
     path.write_text("{not json")
     with pytest.raises(ValueError, match="cannot read it as JSON"):
-        _script("docs_tables").main([str(path)])
+        docs_tables.load(path)
 
 
 def test_help_and_bad_flags(tmp_path, capsys):
