@@ -4,15 +4,21 @@
     python -m specbook.grading --calibration       null simulation; correct and lossless-only implementations
     python -m specbook.grading --timings           wall time of one full check of each correct implementation
     python -m specbook.grading audit               transformers' own _speculative_sampling, and its ensemble mode
+
+Any of them with ``--json PATH`` also writes the numbers behind the printed tables (layout:
+:mod:`specbook.grading.tables`); ``python scripts/docs_tables.py PATH`` prints the tables again
+from it.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import platform
 import shlex
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -21,8 +27,10 @@ try:
 except ImportError:  # Windows
     resource = None
 
-from . import check_token_rule, check_verifier
-from .audit import audit
+from ..cliargs import writable_file
+from ..machine import load_average, machine_info
+from . import check_token_rule, check_verifier, tables
+from .audit import audit_results
 from .catalogue import (BROKEN_TOKEN_RULES, BROKEN_VERIFIERS, CORRECT_TOKEN_RULES, CORRECT_VERIFIERS,
                         LOSSLESS_TOKEN_RULES, LOSSLESS_VERIFIERS)
 from .detection import null_simulation, run_entries
@@ -32,6 +40,7 @@ from .verifier import PLAN as CHAIN_PLAN
 CHECKERS = (("check_token_rule", check_token_rule, TOKEN_PLAN, CORRECT_TOKEN_RULES, BROKEN_TOKEN_RULES,
              LOSSLESS_TOKEN_RULES),
             ("check_verifier", check_verifier, CHAIN_PLAN, CORRECT_VERIFIERS, BROKEN_VERIFIERS, LOSSLESS_VERIFIERS))
+JSON_FORMAT = "specbook.grading/1"  # the "format" key of a --json report (sections: specbook.grading.tables)
 
 
 def _positive(text: str) -> int:
@@ -48,66 +57,56 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _fmt_power(x: float) -> str:
-    if math.isnan(x):
-        return "-"
-    return "> 0.999999" if x > 0.999999 else f"{x:.4f}"
-
-
-def _fmt_margin(x: float) -> str:
-    if math.isnan(x):
-        return "-"
-    if x >= 1000:  # needed_scale searches down to 1e-4; beyond 1000x the figure says nothing more
-        return "> 1000x"
-    return f"{x:.0f}x" if x >= 10 else f"{x:.1f}x"
-
-
 def _chosen(which: str):
     return [c for c in CHECKERS if which in ("both", c[0])]
-
-
-def detection_table(seeds: int, full_seeds: int, which: str = "both", names=()) -> str:
-    lines = []
-    for name, checker, _, _, broken, _ in _chosen(which):
-        if not _only(broken, names):
-            continue
-        rows = run_entries(checker, _only(broken, names), range(seeds), full_seeds=full_seeds)
-        lines += [f"\n`{name}`: {len(rows)} lossy implementations, {seeds} seeds each\n",
-                  "| bug | lossless=False | standard=False | predicted power (lossless tests only / all) | "
-                  "n margin (all) | first failing check | s/check (fail_fast) |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in rows:
-            lines.append(f"| {r.name} ({r.description}) | {r.failed_lossless}/{r.seeds} | {r.failed}/{r.seeds} | "
-                         f"{_fmt_power(r.lossless_power)} / {_fmt_power(r.power)} | {_fmt_margin(r.margin)} | "
-                         f"{r.caught_by} | {r.seconds:.2f} |")
-    return "\n".join(lines)
 
 
 def _only(entries, names):
     return [e for e in entries if not names or any(n in e.name for n in names)]
 
 
-def calibration(seeds: int, null_reps: int, which: str = "both", names=()) -> str:
-    lines = []
+def _finite(x: float) -> float | None:
+    """JSON has no NaN: a power or margin that was not computed becomes None."""
+    return None if x is None or not math.isfinite(x) else x
+
+
+def _row(r, **extra) -> dict:
+    """A :class:`detection.Row` as plain data: raw numbers, NaN as None, and which seeds failed each verdict."""
+    return {"name": r.name, "description": r.description, **extra, "seeds": r.seeds, "failed": r.failed,
+            "failed_lossless": r.failed_lossless, "failed_seeds": r.failed_seeds,
+            "failed_lossless_seeds": r.failed_lossless_seeds, "power": _finite(r.power),
+            "lossless_power": _finite(r.lossless_power), "margin": _finite(r.margin),
+            "lossless_margin": _finite(r.lossless_margin), "caught_by": r.caught_by,
+            "seconds_per_check": r.seconds}
+
+
+def detection(seeds: int, full_seeds: int, which: str = "both", names=()) -> list[dict]:
+    """Every chosen lossy implementation over ``seeds`` seeds (fail_fast), with ``full_seeds`` full runs for power."""
+    blocks = []
+    for name, checker, _, _, broken, _ in _chosen(which):
+        if not _only(broken, names):
+            continue
+        rows = run_entries(checker, _only(broken, names), range(seeds), full_seeds=full_seeds)
+        blocks.append({"checker": name, "seeds": seeds, "full_seeds": full_seeds, "rows": [_row(r) for r in rows]})
+    return blocks
+
+
+def calibration(seeds: int, null_reps: int, which: str = "both", names=()) -> list[dict]:
+    """Per checker: the null simulation (``null_reps`` replicates, 0 skips it), then every chosen correct
+    and lossless-only implementation over ``seeds`` full checks, both verdicts."""
+    blocks = []
     for name, checker, plan, correct, _, lossless in _chosen(which):
-        if null_reps:
-            sim = null_simulation(plan, null_reps)
-            lines.append(f"\n`{name}`: null simulation, {sim['reps']} replicates of the {sim['family']}-test family "
-                         f"({sim['seconds']:.0f} s): standard failed {sim['failed']}, lossless failed "
-                         f"{sim['failed_lossless']}, at alpha = {sim['alpha']:g}; "
-                         f"Bonferroni-adjusted smallest p <= 0.01 / 0.05 / 0.1 in "
-                         f"{sim['at_0.01']:.4f} / {sim['at_0.05']:.4f} / {sim['at_0.1']:.4f} of replicates")
+        block = {"checker": name, "null_simulation": null_simulation(plan, null_reps) if null_reps else None,
+                 "seeds": seeds, "rows": None}
         chosen = [(kind, _only(entries, names)) for kind, entries in (("correct", correct),
                                                                        ("lossless, not standard", lossless))]
-        if not seeds or not any(e for _, e in chosen):
-            continue
-        lines += [f"\n`{name}`: {seeds} seeds per implementation\n",
-                  "| implementation | kind | lossless=True | standard=True | s/check |", "|---|---|---|---|---|"]
-        for kind, entries in chosen:
-            for r in run_entries(checker, entries, range(seeds), fail_fast=False):
-                lines.append(f"| {r.name} ({r.description}) | {kind} | {r.seeds - r.failed_lossless}/{r.seeds} | "
-                             f"{r.seeds - r.failed}/{r.seeds} | {r.seconds:.2f} |")
-    return "\n".join(lines)
+        if seeds and any(e for _, e in chosen):
+            # a correct implementation's rare failures are worth reading: each failed seed's first failing check
+            block["rows"] = [{**_row(r, kind=kind), "first_failures": {str(s): f for s, f in r.first_failures.items()}}
+                             for kind, entries in chosen
+                             for r in run_entries(checker, entries, range(seeds), fail_fast=False)]
+        blocks.append(block)
+    return blocks
 
 
 def _cpu_seconds() -> float:
@@ -118,10 +117,11 @@ def _cpu_seconds() -> float:
     return time.process_time() + children.ru_utime + children.ru_stime
 
 
-def timings(repeats: int = 3, which: str = "both") -> str:
-    lines = ["| checker | implementation | calls | wall s | CPU s | slowest case (wall s) |", "|---|---|---|---|---|---|"]
+def timings(repeats: int = 3, which: str = "both", names=()) -> dict:
+    """Wall and CPU seconds of one full check of each chosen correct implementation, best of ``repeats``."""
+    rows = []
     for name, checker, _, correct, _, _ in _chosen(which):
-        for e in correct:
+        for e in _only(correct, names):
             runs = []
             for s in range(repeats):
                 c0 = _cpu_seconds()
@@ -129,8 +129,10 @@ def timings(repeats: int = 3, which: str = "both") -> str:
                 runs.append((rep.seconds, _cpu_seconds() - c0, rep))
             wall, cpu, best = min(runs, key=lambda r: r[0])
             slow = max(best.timings, key=best.timings.get)
-            lines.append(f"| {name} | {e.name} | {best.calls} | {wall:.2f} | {cpu:.2f} | {slow} ({best.timings[slow]:.2f}) |")
-    return "\n".join(lines)
+            rows.append({"checker": name, "implementation": e.name, "calls": best.calls, "wall_s": wall,
+                         "cpu_s": cpu, "slowest_case": slow, "slowest_case_wall_s": best.timings[slow],
+                         "wall_s_runs": [r[0] for r in runs]})
+    return {"repeats": repeats, "rows": rows}
 
 
 def main(argv=None) -> None:
@@ -151,14 +153,17 @@ def main(argv=None) -> None:
                     help="seeds per implementation (default 100; 1 for audit; 0 with --calibration: the null "
                          "simulation alone)")
     ap.add_argument("--entry", action="append", default=[], metavar="NAME",
-                    help="with --calibration or --detection-table: only the implementations whose name contains "
-                         "NAME (repeatable), e.g. to run them in parallel processes")
+                    help="with --calibration, --detection-table or --timings: only the implementations whose name "
+                         "contains NAME (repeatable), e.g. to run them in parallel processes")
     ap.add_argument("--full-seeds", type=_positive, default=3,
                     help="full (not fail_fast) runs per lossy implementation for the power calculation (default 3)")
     ap.add_argument("--null-reps", type=_non_negative, default=10_000,
                     help="replicates of the null simulation (default 10000; 0 skips it)")
     ap.add_argument("--checker", choices=["both", "check_token_rule", "check_verifier"], default="both",
                     help="measure only this checker (default both), e.g. to run the two in parallel processes")
+    ap.add_argument("--json", dest="json_path", type=writable_file, metavar="PATH",
+                    help="also write the results as JSON to PATH: the command, the machine, the settings and the "
+                         "raw numbers of every table printed (scripts/docs_tables.py renders the tables from it)")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
     if not (args.command or args.detection_table or args.calibration or args.timings):
@@ -167,18 +172,31 @@ def main(argv=None) -> None:
     if seeds == 0 and (args.command or args.detection_table):
         ap.error("--seeds 0 only makes sense with --calibration (the null simulation alone)")
     t0 = time.perf_counter()
-    print(f"<!-- python -m specbook.grading {shlex.join(argv)}; torch {torch.__version__}, "
+    command = f"python -m specbook.grading {shlex.join(argv)}"
+    results = {"format": JSON_FORMAT, "command": command, "machine": machine_info(),
+               "settings": {"seeds": seeds, "null_reps": args.null_reps, "full_seeds": args.full_seeds,
+                            "checker": args.checker, "entries": args.entry, "audit": args.command == "audit",
+                            "timings": args.timings, "calibration": args.calibration,
+                            "detection_table": args.detection_table}}
+    print(f"<!-- {command}; torch {torch.__version__}, "
           f"{platform.python_implementation()} {platform.python_version()}, {torch.get_num_threads()} threads -->")
     if args.command == "audit":
-        print(audit(seeds))
+        results["audit"] = audit_results(seeds)
+        print(tables.audit_text(results["audit"]))
     if args.timings:
-        print(timings(which=args.checker))
+        results["timings"] = timings(which=args.checker, names=args.entry)
+        print(tables.timings_text(results["timings"]))
     if args.calibration:
-        print(calibration(seeds, args.null_reps, args.checker, args.entry))
+        results["calibration"] = calibration(seeds, args.null_reps, args.checker, args.entry)
+        print(tables.calibration_text(results["calibration"]))
     if args.detection_table:
-        print(detection_table(seeds, args.full_seeds, args.checker, args.entry))
-    print(f"\n<!-- total {time.perf_counter() - t0:.0f} s -->")
-
+        results["detection"] = detection(seeds, args.full_seeds, args.checker, args.entry)
+        print(tables.detection_text(results["detection"]))
+    results["seconds"] = time.perf_counter() - t0
+    print(f"\n<!-- total {results['seconds']:.0f} s -->")
+    if args.json_path:
+        results["machine"]["load_average_end"] = load_average()
+        Path(args.json_path).expanduser().write_text(json.dumps(results, indent=1) + "\n")
 
 if __name__ == "__main__":
     main()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from .tables import audit_text
 from .verifier import check_verifier
 
 
@@ -73,22 +74,25 @@ AUDITED = (
 )
 
 
-def audit(seeds: int = 1) -> str:
-    """Check both modes over ``seeds`` seeds; a markdown table of both verdicts."""
+def audit_results(seeds: int = 1) -> dict:
+    """Check both modes over ``seeds`` seeds: per sampler, how many seeds passed each verdict, the
+    first seed's failures and the mean seconds per check (the ``audit`` section of the JSON report)."""
     import transformers
 
-    lines = [f"transformers {transformers.__version__}, check_verifier over {seeds} seed(s)\n",
-             "| sampler | lossless=True | standard=True | failures (first seed) | s/check |", "|---|---|---|---|---|"]
+    rows = []
     for name, weight in AUDITED:
         # require="lossless" with fail_fast: a run stops once lossless has failed (then standard has too)
         # and otherwise runs in full, so both verdicts are exact.
         reports = [check_verifier(TransformersVerifier(weight), seed=s, require="lossless", fail_fast=True)
                    for s in range(seeds)]
-        lossless = sum(r.lossless for r in reports)
-        standard = sum(r.standard for r in reports)
-        first = reports[0].failures
-        shown = "; ".join(f"{c.case}: {c.name}" for c in first[:3]) + (f" (+{len(first) - 3} more)"
-                                                                        if len(first) > 3 else "")
-        lines.append(f"| {name} | {lossless}/{seeds} | {standard}/{seeds} | {shown or '-'} | "
-                     f"{sum(r.seconds for r in reports) / seeds:.2f} |")
-    return "\n".join(lines)
+        rows.append({"sampler": name, "ensemble_weight": weight, "seeds": seeds,
+                     "lossless_passed": sum(r.lossless for r in reports),
+                     "standard_passed": sum(r.standard for r in reports),
+                     "failures_first_seed": [f"{c.case}: {c.name}" for c in reports[0].failures],
+                     "seconds_per_check": sum(r.seconds for r in reports) / seeds})
+    return {"transformers": transformers.__version__, "seeds": seeds, "rows": rows}
+
+
+def audit(seeds: int = 1) -> str:
+    """Check both modes over ``seeds`` seeds; a markdown table of both verdicts."""
+    return audit_text(audit_results(seeds))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy import stats as _sps
@@ -155,6 +155,10 @@ class Row:
     margin: float = float("nan")  # default n / n needed for power 0.99 (worst over full runs)
     failed_lossless: int = 0  # seeds at which the lossless verdict failed
     lossless_power: float = float("nan")  # predicted from the lossless tests and the properties alone
+    failed_seeds: list[int] = field(default_factory=list)  # the seeds counted in ``failed``
+    failed_lossless_seeds: list[int] = field(default_factory=list)  # the seeds counted in ``failed_lossless``
+    first_failures: dict[int, str] = field(default_factory=dict)  # seed -> its first failing check ("case: name")
+    lossless_margin: float = float("nan")  # as ``margin``, from the lossless tests and the properties alone
 
 
 def lossless_only(report: Report) -> Report:
@@ -171,24 +175,29 @@ def run_entries(checker, entries, seeds: range, full_seeds: int = 0, fail_fast: 
     """
     rows = []
     for e in entries:
-        failed, lossy, secs, caught = 0, 0, [], []
+        failed, lossy, secs, first = [], [], [], {}
         for s in seeds:
             t0 = time.perf_counter()
             rep = checker(e.fn, seed=s, fail_fast=fail_fast, require="lossless")
             secs.append(time.perf_counter() - t0)
-            failed += not rep.standard
-            lossy += not rep.lossless
+            if not rep.standard:
+                failed.append(s)
+            if not rep.lossless:
+                lossy.append(s)
             if rep.failures:
                 f = rep.failures[0]
-                caught.append(f"{f.case}: {f.name}")
-        print(f"  {e.name}: standard failed {failed}/{len(seeds)}, lossless failed {lossy}/{len(seeds)}, "
+                first[s] = f"{f.case}: {f.name}"
+        print(f"  {e.name}: standard failed {len(failed)}/{len(seeds)}, lossless failed {len(lossy)}/{len(seeds)}, "
               f"{statistics.fmean(secs):.2f} s/check", file=sys.stderr, flush=True)
-        row = Row(e.name, e.description, failed, len(seeds), statistics.fmean(secs),
-                  max(set(caught), key=caught.count) if caught else "", failed_lossless=lossy)
+        caught = list(first.values())
+        row = Row(e.name, e.description, len(failed), len(seeds), statistics.fmean(secs),
+                  max(set(caught), key=caught.count) if caught else "", failed_lossless=len(lossy),
+                  failed_seeds=failed, failed_lossless_seeds=lossy, first_failures=first)
         if full_seeds:
             reps = [checker(e.fn, seed=10_000 + s) for s in range(full_seeds)]
             row.power = statistics.median(predicted_power(r) for r in reps)
             row.margin = min(1.0 / needed_scale(r) for r in reps)
             row.lossless_power = statistics.median(predicted_power(lossless_only(r)) for r in reps)
+            row.lossless_margin = min(1.0 / needed_scale(lossless_only(r)) for r in reps)
         rows.append(row)
     return rows

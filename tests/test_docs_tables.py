@@ -1,0 +1,199 @@
+"""The JSON behind docs/grading.md and docs/statistics.md: written by the real commands, rendered back.
+
+Each test runs the real code path at tiny settings (a seed or two, a few null replicates) with
+``--json``, then checks that the JSON holds the raw numbers and that scripts/docs_tables.py
+renders from it exactly the tables the run printed.  The last test holds the committed docs to
+the committed JSON: every table rendered from docs/data/grading_*.json and power_report.json
+appears, verbatim, in its page.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from specbook.grading.__main__ import main as grading_main
+from specbook.machine import machine_info
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = {"grading_": ROOT / "docs" / "grading.md", "power_report": ROOT / "docs" / "statistics.md"}
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _tables(text: str) -> list[list[list[str]]]:
+    """Each markdown table of ``text`` as rows of cells, header and rule dropped."""
+    tables, current = [], None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if current is None:
+                current = []
+                tables.append(current)
+            current.append([c.strip() for c in line.strip("|").split("|")])
+        else:
+            current = None
+    return [t[2:] for t in tables]
+
+
+def _printed_body(out: str) -> str:
+    """What a grading run printed between its header and footer comments."""
+    lines = out.strip("\n").splitlines()
+    assert lines[0].startswith("<!-- python -m specbook.grading") and lines[-1].startswith("<!-- total")
+    return "\n".join(lines[1:-1]).strip("\n")
+
+
+def _rendered(path: Path, shown_as: Path | None = None) -> str:
+    docs_tables = _script("docs_tables")
+    return docs_tables.render(shown_as or path, docs_tables.load(path))
+
+
+def test_machine_info_says_threads_niceness_and_load():
+    info = machine_info()
+    assert info["torch_threads"] == torch.get_num_threads() and info["torch"] == torch.__version__
+    assert isinstance(info["cpu"], str) and info["cpu"]
+    for key in ("niceness", "omp_num_threads", "load_average_start", "python", "logical_cores"):
+        assert key in info
+
+
+def test_calibration_and_detection_json_hold_the_printed_tables(tmp_path, capsys):
+    path = tmp_path / "grading.json"
+    argv = ["--calibration", "--detection-table", "--checker", "check_token_rule", "--seeds", "2", "--null-reps", "3",
+            "--full-seeds", "1", "--entry", "multinomial", "--entry", "always accept", "--json", str(path)]
+    grading_main(argv)
+    out = capsys.readouterr().out
+    report = json.loads(path.read_text())
+
+    assert report["format"] == "specbook.grading/1"
+    assert report["command"].startswith("python -m specbook.grading --calibration") and str(path) in report["command"]
+    assert report["machine"]["torch_threads"] == torch.get_num_threads()
+    assert report["settings"]["seeds"] == 2 and report["settings"]["entries"] == ["multinomial", "always accept"]
+    assert report["seconds"] > 0
+
+    (calib,) = report["calibration"]
+    null = calib["null_simulation"]
+    assert calib["checker"] == "check_token_rule" and null["reps"] == 3 and null["family"] == 14
+    (correct,) = calib["rows"]  # "always accept" is lossy: not in the calibration rows
+    assert (correct["name"], correct["kind"], correct["seeds"]) == ("multinomial", "correct", 2)
+    (lossy,) = report["detection"][0]["rows"]
+    assert lossy["name"] == "always accept" and lossy["failed_lossless"] == 2 and lossy["failed"] == 2
+    assert lossy["failed_seeds"] == lossy["failed_lossless_seeds"] == [0, 1]  # which seeds, not only how many
+    assert len(correct["failed_seeds"]) == correct["failed"] and set(correct["first_failures"]) <= {"0", "1"}
+    assert 0.99 < lossy["power"] <= 1 and lossy["margin"] > 1  # one full run fed the power columns
+    assert 0.99 < lossy["lossless_power"] <= 1 and lossy["lossless_margin"] > 1 and correct["margin"] is None
+
+    # the rendered tables are the printed ones, and their cells are the JSON's numbers
+    rendered = _rendered(path)
+    caption, text = rendered.split("\n\n", 1)
+    assert f"`{path.as_posix()}`" in caption and report["command"] in caption
+    assert text == _printed_body(out)
+    calib_table, detect_table = _tables(text)
+    assert calib_table == [[f"multinomial ({correct['description']})", "correct",
+                            f"{2 - correct['failed_lossless']}/2", f"{2 - correct['failed']}/2",
+                            f"{correct['seconds_per_check']:.2f}"]]
+    assert detect_table[0][1:3] == ["2/2", "2/2"] and detect_table[0][5] == lossy["caught_by"]
+    assert f"{null['at_0.1']:.4f} of replicates" in text
+
+
+def test_audit_and_timings_json_hold_the_printed_tables(tmp_path, capsys):
+    path = tmp_path / "grading.json"
+    grading_main(["audit", "--seeds", "1", "--timings", "--checker", "check_token_rule", "--entry", "multinomial",
+                  "--json", str(path)])
+    out = capsys.readouterr().out
+    report = json.loads(path.read_text())
+    audit, timings = report["audit"], report["timings"]
+    assert [r["lossless_passed"] for r in audit["rows"]] == [1, 0]  # the standard mode, then the lossy ensemble
+    assert audit["rows"][1]["failures_first_seed"] and audit["rows"][1]["ensemble_weight"] == 0.5
+    (row,) = timings["rows"]
+    assert row["implementation"] == "multinomial" and len(row["wall_s_runs"]) == timings["repeats"] == 3
+    assert row["wall_s"] == min(row["wall_s_runs"]) and row["calls"] > 1000
+
+    text = _rendered(path).split("\n\n", 1)[1]
+    audit_table, timings_table = _tables(text)  # a blank line keeps the two tables apart
+    assert [r[1:3] for r in audit_table] == [["1/1", "1/1"], ["0/1", "0/1"]]
+    assert timings_table == [["check_token_rule", "multinomial", str(row["calls"]), f"{row['wall_s']:.2f}",
+                              f"{row['cpu_s']:.2f}", f"{row['slowest_case']} ({row['slowest_case_wall_s']:.2f})"]]
+    assert [line for line in text.splitlines() if line] == [line for line in _printed_body(out).splitlines() if line]
+
+
+def test_power_report_json_holds_the_printed_table(tmp_path, capsys, monkeypatch):
+    power_report = _script("power_report")
+    twin = "one uniform shared by all positions"
+    # one twin and the correct verifier on its case, the twin's law from 2 batches: seconds, not minutes
+    monkeypatch.setattr(power_report, "BROKEN_TWINS", {twin: power_report.BROKEN_TWINS[twin]})
+    monkeypatch.setattr(power_report, "TWIN_CASES", {twin: power_report.TWIN_CASES[twin]})
+    monkeypatch.setattr(power_report, "LAW_BATCHES", 2)
+    path = tmp_path / "power.json"
+    power_report.main(["--seeds", "2", "--no-progress", "--json", str(path)])
+    out = capsys.readouterr().out
+    report = json.loads(path.read_text())
+    assert report["format"] == "specbook.power_report/1" and report["command"].endswith(f"--json {path}")
+    assert report["settings"]["rows_per_test"] == 40_000 and report["settings"]["law_batches"] == 2
+    correct, broken = report["rows"]
+    assert correct["implementation"] == "correct verify_chain" and broken["implementation"] == twin
+    assert len(broken["pvalues"]) == 2 and broken["detection_rate"] == 1.0 and broken["analytic_power"] > 0.99
+    assert correct["median_pvalue"] == pytest.approx(sorted(correct["pvalues"])[0] / 2 + sorted(correct["pvalues"])[1] / 2)
+
+    text = _rendered(path).split("\n\n", 1)[1]
+    assert text.strip() == out.strip()
+    assert _tables(text)[0][1] == [twin, broken["case"], "1.00", f"{broken['analytic_power']:.4f}",
+                                   f"{broken['median_pvalue']:.1e}"]
+
+
+@pytest.mark.parametrize("content", [{"format": "something else"}, [1, 2], {"runs": [], "overall": []},
+                                     {"format": "specbook.grading/1", "command": "x", "machine": {}, "settings": {}},
+                                     {"format": "specbook.power_report/1", "command": "x", "machine": {}, "settings": {},
+                                      "rows": [{"implementation": "a"}]}])
+def test_a_json_that_is_not_a_report_is_refused_naming_the_file(tmp_path, capsys, content):
+    docs_tables = _script("docs_tables")
+    path = tmp_path / "other.json"
+    path.write_text(json.dumps(content))
+    with pytest.raises(ValueError, match=re.escape(str(path))):
+        docs_tables.load(path)
+    with pytest.raises(SystemExit) as exit_:  # the command line says the same as a usage error
+        docs_tables.main([str(path)])
+    assert exit_.value.code == 2 and str(path) in capsys.readouterr().err
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read it as JSON"):
+        docs_tables.load(path)
+
+
+def test_help_and_bad_flags(tmp_path, capsys):
+    docs_tables = _script("docs_tables")
+    with pytest.raises(SystemExit) as exit_:
+        docs_tables.main(["--help"])
+    assert exit_.value.code == 0 and "docs/data" in capsys.readouterr().out
+    for argv in (["--bogus", "x.json"], [], [str(tmp_path / "missing.json")]):
+        with pytest.raises(SystemExit) as exit_:
+            docs_tables.main(argv)
+        assert exit_.value.code == 2
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:  # a directory is not a file to write
+        grading_main(["--timings", "--json", str(tmp_path)])
+    assert exit_.value.code == 2 and "argument --json" in capsys.readouterr().err
+    blocker = tmp_path / "plain_file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exit_:
+        _script("power_report").main(["--seeds", "1", "--json", str(blocker / "power.json")])
+    assert exit_.value.code == 2 and "argument --json" in capsys.readouterr().err
+
+
+def _committed():
+    data = ROOT / "docs" / "data"
+    return sorted(p for p in data.glob("*.json") if any(p.name.startswith(prefix) for prefix in DOCS))
+
+
+@pytest.mark.parametrize("path", _committed(), ids=lambda p: p.name)
+def test_docs_show_the_tables_of_the_committed_json(path):
+    page = next(doc for prefix, doc in DOCS.items() if path.name.startswith(prefix))
+    rendered = _rendered(path, shown_as=path.relative_to(ROOT))
+    assert rendered in page.read_text(), (f"{page.name} does not show the tables of {path.name} as "
+                                          f"`python scripts/docs_tables.py docs/data/{path.name}` renders them")
