@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from mdtables import md_tables
+
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python -m specbook bench --limit 1 --json tiny.json"
 
@@ -57,20 +59,6 @@ def _report() -> dict:
     }
 
 
-def _tables(text: str) -> list[list[list[str]]]:
-    """Each markdown table of the output as rows of cells, header and rule line dropped."""
-    tables, current = [], None
-    for line in text.splitlines():
-        if line.startswith("|"):
-            if current is None:
-                current = []
-                tables.append(current)
-            current.append([c.strip() for c in line.strip("|").split("|")])
-        else:
-            current = None
-    return [t[2:] for t in tables]
-
-
 def _run(tmp_path, capsys, report) -> tuple[Path, str]:
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(report))
@@ -81,7 +69,7 @@ def _run(tmp_path, capsys, report) -> tuple[Path, str]:
 def test_tables_hold_the_reports_numbers(tmp_path, capsys):
     report = _report()
     path, out = _run(tmp_path, capsys, report)
-    speedups, throughput, curve, sizes = _tables(out)
+    speedups, throughput, curve, sizes = md_tables(out)
 
     # every table has a caption naming the file and the command that wrote it
     captions = [line for line in out.splitlines() if line.startswith("*")]
@@ -128,7 +116,7 @@ def test_one_engine_has_no_transformers_column(tmp_path, capsys):
     report.pop("engine_ratio")
     _, out = _run(tmp_path, capsys, report)
     assert "vs transformers plain" not in out
-    assert all(len(row) == 4 for row in _tables(out)[1])
+    assert all(len(row) == 4 for row in md_tables(out)[1])
 
 
 @pytest.mark.parametrize("content", [

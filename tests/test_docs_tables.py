@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from mdtables import md_tables
 
 from specbook.grading.__main__ import main as grading_main
 from specbook.machine import machine_info
@@ -28,20 +29,6 @@ def _script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _tables(text: str) -> list[list[list[str]]]:
-    """Each markdown table of ``text`` as rows of cells, header and rule dropped."""
-    tables, current = [], None
-    for line in text.splitlines():
-        if line.startswith("|"):
-            if current is None:
-                current = []
-                tables.append(current)
-            current.append([c.strip() for c in line.strip("|").split("|")])
-        else:
-            current = None
-    return [t[2:] for t in tables]
 
 
 def _printed_body(out: str) -> str:
@@ -95,7 +82,7 @@ def test_calibration_and_detection_json_hold_the_printed_tables(tmp_path, capsys
     caption, text = rendered.split("\n\n", 1)
     assert f"`{path.as_posix()}`" in caption and report["command"] in caption
     assert text == _printed_body(out)
-    calib_table, detect_table = _tables(text)
+    calib_table, detect_table = md_tables(text)
     assert calib_table == [[f"multinomial ({correct['description']})", "correct",
                             f"{2 - correct['failed_lossless']}/2", f"{2 - correct['failed']}/2",
                             f"{correct['seconds_per_check']:.2f}"]]
@@ -117,7 +104,7 @@ def test_audit_and_timings_json_hold_the_printed_tables(tmp_path, capsys):
     assert row["wall_s"] == min(row["wall_s_runs"]) and row["calls"] > 1000
 
     text = _rendered(path).split("\n\n", 1)[1]
-    audit_table, timings_table = _tables(text)  # a blank line keeps the two tables apart
+    audit_table, timings_table = md_tables(text)  # a blank line keeps the two tables apart
     assert [r[1:3] for r in audit_table] == [["1/1", "1/1"], ["0/1", "0/1"]]
     assert timings_table == [["check_token_rule", "multinomial", str(row["calls"]), f"{row['wall_s']:.2f}",
                               f"{row['cpu_s']:.2f}", f"{row['slowest_case']} ({row['slowest_case_wall_s']:.2f})"]]
@@ -144,7 +131,7 @@ def test_power_report_json_holds_the_printed_table(tmp_path, capsys, monkeypatch
 
     text = _rendered(path).split("\n\n", 1)[1]
     assert text.strip() == out.strip()
-    assert _tables(text)[0][1] == [twin, broken["case"], "1.00", f"{broken['analytic_power']:.4f}",
+    assert md_tables(text)[0][1] == [twin, broken["case"], "1.00", f"{broken['analytic_power']:.4f}",
                                    f"{broken['median_pvalue']:.1e}"]
 
 
