@@ -260,14 +260,15 @@ class BatchScheduler:
         return out
 
     def _observe(self, contexts: list[torch.Tensor]) -> None:
+        fresh = [[c.shape[0], 0.0, 0.0] for c in contexts]  # the row state of a new generation
         if self._last is None or len(self._last) != len(contexts) or len(self._rows) != len(contexts):
-            self._rows = [[c.shape[0], 0.0, 0.0] for c in contexts]  # a new generation
+            self._rows = fresh
             return
         seen = []
         for (prev, prop, k, matched), cur in zip(self._last, contexts):
             n = prev.shape[0]
             if cur.shape[0] <= n or not torch.equal(cur[:n], prev):  # not a continuation: a new generation
-                self._rows = [[c.shape[0], 0.0, 0.0] for c in contexts]
+                self._rows = fresh
                 return
             new = cur[n:n + len(prop) + 1].tolist()  # only the tail is read in Python
             right, judged = revealed([], prop, new)
