@@ -177,6 +177,66 @@ def test_scheduler_is_lossless_and_turns_off_under_load(table, shadow):
         assert max(s.gamma for s in sched.steps) > 0
 
 
+def test_loop_step_costs_replace_the_forward_ratios():
+    forwards = BatchCosts({1: (1.0, 1.5, 1.6)}, 0.2)
+    assert forwards.step(1, 2) == pytest.approx(2 * 0.2 + 1.6) and forwards.step(1, 0) == 1.0
+    looped = BatchCosts({1: (1.0, 1.5, 1.6)}, 0.2, step_cost={1: (1.1, 1.2)})
+    assert looped.step(1, 2) == pytest.approx(1.2) and looped.step(1, 4) == pytest.approx(1.4)  # extrapolated
+    assert looped.speedup(0.5, 2, 1) == pytest.approx(1.75 / 1.2)
+    # the loop's own costs change the choice: forwards alone say off, the loop says the ceiling
+    assert forwards.best_gamma(0.6, 1, 2) == 0 and looped.best_gamma(0.6, 1, 2) == 2
+    for bad in ({}, {0: (1.1,)}, {1: ()}, {1: (1.1, -0.2)}):
+        with pytest.raises(ValueError, match="step_cost"):
+            BatchCosts(FLAT, step_cost=bad)
+
+
+def test_straight_pools_the_gammas_timings():
+    assert batch_cmd.straight([1.2, 1.4, 1.6, 1.8]) == pytest.approx([1.2, 1.4, 1.6, 1.8])
+    noisy = batch_cmd.straight([1.48, 1.47, 1.51, 1.85])  # a measured curve from a noisy host
+    assert all(b > a for a, b in zip(noisy, noisy[1:])) and sum(noisy) == pytest.approx(1.48 + 1.47 + 1.51 + 1.85)
+    assert batch_cmd.straight([1.3, 1.1, 0.9]) == pytest.approx([1.1, 1.1, 1.1])  # never cheaper with more drafts
+    assert batch_cmd.straight([0.9]) == [1.0]
+
+
+def test_pinned_scheduler_and_loop_costs_on_toy_models():
+    """measure_loop_costs times the loop itself with the scheduler pinned to each gamma; it unpins it."""
+    import argparse
+
+    target, draft = make_toy_pair(6, 2, match=0.8, seed=3)
+    sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts({1: (1.0, 9.0)}), probe_every=0)
+    sched.pinned = 3
+    out = speculative_generate(target, sched, PROMPTS, 12, GREEDY, 4)
+    assert {s.gamma for s in sched.steps} <= {3, 2, 1} and sched.steps[0].gamma == 3  # never 0: no policy
+    assert out.sequences() == [generate(target, [p], 12, GREEDY).sequences()[0] for p in PROMPTS]
+    from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
+
+    def tiny(seed):
+        cfg = LlamaConfig(vocab_size=50, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, intermediate_size=48,
+                          max_position_embeddings=128)
+        return LlamaTarget(LlamaModel(cfg).init_weights(generator=torch.Generator().manual_seed(seed)),
+                           max_length=64)
+
+    sched = BatchScheduler(DraftModelDrafter(tiny(1)), BatchCosts({1: (1.0, 9.0)}), probe_every=0)
+    args = argparse.Namespace(gamma=2, max_new_tokens=12, seed=0)
+    loop = batch_cmd.measure_loop_costs(tiny(0), {"draft": sched}, {2: PROMPTS[:2]}, args, GREEDY, None, rounds=2)
+    assert sched.pinned is None and sched.steps == []  # unpinned, and the adaptive runs start cold
+    assert len(loop["draft"]["step"][2]) == 2 and loop["draft"]["seconds"][2] > 0
+    assert loop["draft"]["step"][2] == pytest.approx(batch_cmd.straight(loop["draft"]["step_raw"][2]))
+
+
+def test_scheduler_keeps_acceptance_across_generations():
+    """A new generation starts the rows' state afresh but keeps the acceptance learnt before it."""
+    target, draft = make_toy_pair(6, 2, match=0.9, seed=3)
+    sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts(FLAT), margin=0.0, probe_every=1)
+    speculative_generate(target, sched, PROMPTS[:2], 16, GREEDY, 4)
+    learnt, first = sched.alpha, len(sched.steps)
+    assert abs(learnt - sched.prior_alpha) > 0.1
+    speculative_generate(target, sched, PROMPTS[2:4], 16, GREEDY, 4)
+    assert sched.steps[first].alpha == pytest.approx(learnt, rel=0.2)  # not back at the prior
+    sched.reset()
+    assert sched.alpha == pytest.approx(sched.prior_alpha) and sched.steps == []
+
+
 def test_scheduler_probes_after_idle_steps():
     target, draft = make_toy_pair(6, 1, match=0.8, seed=1)
     sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts({1: (1.0, 9.0)}, 0.0), probe_every=3)

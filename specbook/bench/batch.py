@@ -26,6 +26,7 @@ step-by-step reasoning traces (:mod:`specbook.bench.batch_traces`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -68,6 +69,8 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's own)")
     p.add_argument("--repeats", type=int, default=3, help="timed repetitions per run; medians reported (default 3)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--forward-costs", action="store_true", help="price the adaptive policy's steps from the "
+                   "timed forwards alone (gamma c_B + v_B(gamma+1)), not from steps of the loop itself")
     p.add_argument("--traces", action="store_true", help="also decode the reasoning workload (batch <= 8)")
     p.add_argument("--traces-only", action="store_true", help="decode only the reasoning workload")
     p.add_argument("--trace-tokens", type=int, default=512, help="new tokens per reasoning trace (default 512)")
@@ -198,8 +201,9 @@ class PrefillClock:
 def run_once(target, drafter, prompts, args, params, eos) -> dict:
     """One generation of ``prompts`` (a batch); the figures of one run, prefill excluded from the times."""
     g = torch.Generator().manual_seed(args.seed)
-    if hasattr(drafter, "reset"):
-        drafter.reset()
+    if hasattr(drafter, "reset") and not isinstance(drafter, BatchScheduler):
+        drafter.reset()  # a scheduler keeps the acceptance it learnt on the run's earlier generations
+    logged = len(getattr(drafter, "steps", []))
     start = batch_costs.now()
     log = StepLog(drafter, start)
     with PrefillClock(target) as prefill:
@@ -222,7 +226,7 @@ def run_once(target, drafter, prompts, args, params, eos) -> dict:
             "wasted_fraction": log.wasted / positions if positions else 0.0,
             "padding_fraction": log.padding / positions if positions else 0.0,
             "sequences": out.sequences(),
-            "gammas": [s.gamma for s in getattr(drafter, "steps", [])]}
+            "gammas": [s.gamma for s in getattr(drafter, "steps", [])[logged:]]}
 
 
 def _median_run(reps: list[dict]) -> dict:
@@ -280,11 +284,16 @@ def run_batch(args) -> dict:
                                                             costs["catch_up"].get(d, 0.0)),
                                     shadow=d.startswith("ngram"), probe_every=4, horizon=args.max_new_tokens)
                   for d in args.drafters if d != "none"}
+    batches = {B: list(islice(cycle(ids), B)) for B in args.batch_sizes}  # prompts of different lengths
+    if schedulers and not args.forward_costs:  # price each step as the loop itself runs it
+        costs["loop"] = measure_loop_costs(target, schedulers, batches, args, params, eos, progress=progress)
+        for d, sched in schedulers.items():
+            sched.costs = loop_priced(sched.costs, costs["loop"][d], costs["t1_seconds"])
     combos = [("none", "fixed")] + [(d, p) for d in args.drafters if d != "none" for p in args.policy]
     runs = []
     bar = tqdm(total=len(args.batch_sizes) * len(combos) * args.repeats, desc="batch", disable=not progress)
     for B in args.batch_sizes:
-        batch = list(islice(cycle(ids), B))  # prompts of different lengths
+        batch = batches[B]
         reps: dict = {c: [] for c in combos}
         for r in range(args.repeats):
             for d, pol in combos[r % len(combos):] + combos[:r % len(combos)]:  # rotated: drift spreads evenly
@@ -338,6 +347,75 @@ def measure_costs(model, target, drafters, args, progress: bool) -> dict:
              "roofline": batch_costs.measure_roofline(resolve_dtype(args.dtype), dim=model.config.dim,
                                                       hidden=model.config.intermediate_size)}
     return costs
+
+
+def measure_loop_costs(target, schedulers: dict, batches: dict, args, params, eos, *, new_tokens: int = 16,
+                       rounds: int = 3, progress: bool = False) -> dict:
+    """{drafter: {"step": {B: [T_B(1) / T_B(0), ..., T_B(gamma) / T_B(0)]} (fitted with :func:`straight`),
+    "step_raw": {B: the same ratios as timed}, "seconds": {B: T_B(0)}}}.
+
+    T_B(g) is one step of the real decode loop, drafter and scheduler included, with the scheduler
+    pinned to draft g tokens at every step, on the run's own batch of B prompts: the median gap
+    between consecutive verification passes (the first pass, which pays a model drafter's catch-up
+    on the prompt, excluded), fastest of ``rounds`` rounds visited in a rotated order of g.
+    :class:`~specbook.drafters.scheduler.BatchCosts` prices a step with it (``step_cost``)."""
+    new_tokens = min(new_tokens, args.max_new_tokens)
+    gammas = list(range(args.gamma + 1))
+    out: dict = {}
+    bar = tqdm(total=len(schedulers) * len(batches) * rounds * len(gammas), desc="loop costs", disable=not progress)
+    for d, sched in schedulers.items():
+        out[d] = {"step": {}, "step_raw": {}, "seconds": {}}
+        for B, batch in batches.items():
+            gaps: dict = {g: [] for g in gammas}
+            for r in range(rounds):
+                for g in gammas[r % len(gammas):] + gammas[:r % len(gammas)]:
+                    stamps: list[float] = []
+                    sched.pinned = g
+                    try:
+                        with PrefillClock(target):
+                            speculative_generate(target, sched, batch, new_tokens, params, args.gamma,
+                                                 torch.Generator().manual_seed(args.seed), eos_token_id=eos,
+                                                 on_step=lambda step: stamps.append(batch_costs.now()))
+                    finally:
+                        sched.pinned = None
+                    between = [b - a for a, b in zip(stamps, stamps[1:])]
+                    if between:
+                        gaps[g].append(statistics.median(between))
+                    bar.update(1)
+            if not all(gaps.values()):
+                raise ValueError(f"too few steps to time the loop at batch {B}: raise --max-new-tokens "
+                                 f"(got {args.max_new_tokens})")
+            t0 = min(gaps[0])
+            out[d]["seconds"][B] = t0
+            out[d]["step_raw"][B] = [min(gaps[g]) / t0 for g in gammas[1:]]
+            out[d]["step"][B] = straight(out[d]["step_raw"][B])
+        sched.reset()  # the adaptive runs learn acceptance from their own generations, not these
+    bar.close()
+    return out
+
+
+def straight(ratios: list[float]) -> list[float]:
+    """The least-squares line a + b gamma through T(1), ..., T(G), kept above 1 and non-decreasing.
+
+    Each further draft adds one draft-model step and one verified position, so the loop's step cost
+    is close to a line in gamma; fitting one through all the gammas pools their timings, where the
+    fastest round of each alone still wanders by 10-20% on a shared 2-core host."""
+    n = len(ratios)
+    if n < 2:
+        return [max(r, 1.0) for r in ratios]
+    xs = range(1, n + 1)
+    mx, my = (n + 1) / 2, sum(ratios) / n
+    b = max(sum((x - mx) * (y - my) for x, y in zip(xs, ratios)) / sum((x - mx) ** 2 for x in xs), 0.0)
+    return [max(my + b * (x - mx), 1.0) for x in xs]
+
+
+def loop_priced(costs: BatchCosts, loop: dict, t1_seconds: dict) -> BatchCosts:
+    """``costs`` with the loop's measured step ratios; the catch-up (timed on forwards, in target
+    passes) converted to loop steps."""
+    catch_up = costs.catch_up
+    if isinstance(catch_up, dict):
+        catch_up = {B: c * t1_seconds[B] / loop["seconds"][B] for B, c in catch_up.items() if B in loop["seconds"]}
+    return dataclasses.replace(costs, step_cost=dict(loop["step"]), catch_up=catch_up)
 
 
 def roofline_section(model, drafters, runs, costs, args) -> dict:

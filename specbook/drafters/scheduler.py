@@ -53,6 +53,14 @@ def _interpolate(table: Mapping[int, float], batch: int) -> float:
     return (1 - w) * table[lo] + w * table[hi]
 
 
+def _extend(curve: tuple[float, ...], n: int) -> float:
+    """curve[n - 1]; past its end, the last measured step extrapolated linearly."""
+    if n <= len(curve):
+        return curve[n - 1]
+    step = curve[-1] - curve[-2] if len(curve) > 1 else 1.0
+    return curve[-1] + step * (n - len(curve))
+
+
 @dataclass(frozen=True)
 class BatchCosts:
     """Measured costs of one machine, target and drafter.
@@ -64,11 +72,20 @@ class BatchCosts:
     catch_up:    {B: target passes per token} a model drafter's prefill costs when it catches up on
                  tokens it has not seen (every row at once), or one float; 0 (not measured): a catch-up
                  of n tokens is priced c_B v_B(n), extrapolated past the measured curve.
+    step_cost:   {B: (T_B(1), ..., T_B(g_max))} or None: the whole denominator gamma c_B + v_B(gamma + 1)
+                 measured as one, a step of the real decode loop drafting gamma tokens over one
+                 drafting none, at batch B.  The two ratios above time the model forwards alone; a step
+                 of the loop also samples, accepts, moves caches and drafts row by row in Python, work
+                 that is the same at every gamma and so dilutes the ratios (measured on a 2-core CPU,
+                 SmolLM2-135M with its draft model at batch 1: gamma 3 priced 2.02 plain steps from the
+                 forwards, 1.53 in the loop).  When given, it prices the steps and ``verify_cost`` /
+                 ``draft_cost`` only the catch-up.
     """
 
     verify_cost: Mapping[int, tuple[float, ...]]
     draft_cost: Mapping[int, float] | float = 0.0
     catch_up: Mapping[int, float] | float = 0.0
+    step_cost: Mapping[int, tuple[float, ...]] | None = None
 
     def __post_init__(self):
         if not isinstance(self.verify_cost, Mapping) or not self.verify_cost:
@@ -78,6 +95,13 @@ class BatchCosts:
                 raise ValueError(f"verify_cost keys must be batch sizes >= 1, got {b!r}")
             if len(curve) < 1 or any(not v > 0 for v in curve):
                 raise ValueError(f"verify_cost[{b}] must be a non-empty curve of positive ratios, got {curve!r}")
+        if self.step_cost is not None:
+            if not isinstance(self.step_cost, Mapping) or not self.step_cost:
+                raise ValueError(f"step_cost must map batch sizes to curves or be None, got {self.step_cost!r}")
+            for b, curve in self.step_cost.items():
+                if not isinstance(b, int) or b < 1 or len(curve) < 1 or any(not t > 0 for t in curve):
+                    raise ValueError(f"step_cost must map batch sizes >= 1 to non-empty curves of positive "
+                                     f"ratios, got {b!r}: {curve!r}")
         for name in ("draft_cost", "catch_up"):
             value = getattr(self, name)
             if any(not c >= 0 for c in (value.values() if isinstance(value, Mapping) else [value])):
@@ -85,13 +109,16 @@ class BatchCosts:
 
     def v(self, batch: int, positions: int) -> float:
         """v_B(n) at this batch size (interpolated between measured batch sizes)."""
-        def at(curve):
-            if positions <= len(curve):
-                return curve[positions - 1]
-            step = curve[-1] - curve[-2] if len(curve) > 1 else 1.0
-            return curve[-1] + step * (positions - len(curve))
+        return _interpolate({b: _extend(curve, positions) for b, curve in self.verify_cost.items()}, batch)
 
-        return _interpolate({b: at(curve) for b, curve in self.verify_cost.items()}, batch)
+    def step(self, batch: int, gamma: int) -> float:
+        """One step drafting ``gamma`` tokens, in steps drafting none: gamma c_B + v_B(gamma + 1), or the
+        loop's measured ratio T_B(gamma) where ``step_cost`` is given."""
+        if gamma == 0:
+            return 1.0
+        if self.step_cost is not None:
+            return _interpolate({b: _extend(curve, gamma) for b, curve in self.step_cost.items()}, batch)
+        return gamma * self.c(batch) + self.v(batch, gamma + 1)
 
     def c(self, batch: int) -> float:
         if isinstance(self.draft_cost, Mapping):
@@ -110,7 +137,7 @@ class BatchCosts:
         """S_B(alpha, gamma): speculation's throughput over plain decoding's at ``batch`` live rows."""
         if gamma == 0:
             return 1.0
-        return float(theory.speedup(alpha, gamma, self.c(batch), self.v(batch, gamma + 1)))
+        return float(theory.expected_tokens(alpha, gamma)) / self.step(batch, gamma)
 
     def best_gamma(self, alpha: float, batch: int, ceiling: int, margin: float = 0.0) -> int:
         """The gamma in [0, ceiling] with the highest S_B; 0 unless some gamma beats plain decoding
@@ -125,12 +152,12 @@ class BatchCosts:
         context it has not seen), spread over the ``horizon`` tokens still to come.  Producing R tokens
         then takes once + (R / E)(gamma c + v) passes against R for plain decoding, so
 
-            S = E / (gamma c + v_B(gamma + 1) + once * E / R).
+            S = E / (gamma c + v_B(gamma + 1) + once * E / R)     (the first two terms: :meth:`step`).
         """
         best, best_s = 0, 1.0 + margin
         for g in range(1, ceiling + 1):
             e = expected(g)
-            s = e / (g * self.c(batch) + self.v(batch, g + 1) + once * e / max(horizon, 1.0))
+            s = e / (self.step(batch, g) + once * e / max(horizon, 1.0))
             if s > best_s:
                 best, best_s = g, s
         return best
@@ -171,13 +198,15 @@ class BatchScheduler:
                  drafter would first have to catch up, that one-time cost is spread over the tokens
                  the rows furthest behind still have to make (:meth:`BatchCosts.best`); None (unknown)
                  spreads it over ``DEFAULT_HORIZON`` tokens.
-    margin:      speculate only where the model predicts S_B > 1 + margin (1 - 1/B).  The model
-                 prices the target pass and the draft steps, not the loop's per-row work (drafting
-                 in Python row by row, rows padded to the longest draft, masks for rows out of
-                 step), which a small predicted gain cannot pay for once several rows share a
-                 pass; one row has none of it, so at B = 1 the margin is 0.  Measured on a 2-core
-                 CPU (SmolLM2-135M, prompt lookup): at B = 8, gamma 1 predicted at S_B = 1.03 ran
-                 at 0.86 of plain decoding; with a margin of 0.1, B = 16 still ran at 0.78.
+    margin:      speculate only where the model predicts S_B > 1 + margin (1 - 1/B).  Forward
+                 timings alone price the target pass and the draft steps, not the loop's per-row
+                 work (drafting in Python row by row, rows padded to the longest draft, masks for
+                 rows out of step), which a small predicted gain cannot pay for once several rows
+                 share a pass; one row has none of it, so at B = 1 the margin is 0.  Measured on a
+                 2-core CPU (SmolLM2-135M, prompt lookup, forward-timed costs): at B = 8, gamma 1
+                 predicted at S_B = 1.03 ran at 0.86 of plain decoding; with a margin of 0.1, B = 16
+                 still ran at 0.78.  Costs timed in the loop (``BatchCosts.step_cost``) include
+                 that work, but are themselves timed on a short calibration; the margin was kept.
     decay, prior, prior_alpha: the pooled acceptance estimate, (decayed accepted + prior * prior_alpha)
                  / (decayed verified + prior), as in :class:`~specbook.drafters.adaptive.GammaPolicy`;
                  a row's own estimate is (its decayed accepted + prior * pooled) / (its decayed
@@ -212,10 +241,16 @@ class BatchScheduler:
         self.decay, self.prior, self.prior_alpha, self.margin = decay, prior, prior_alpha, float(margin)
         self.probe_budget = float(probe_budget)
         self.horizon = horizon
+        self.pinned: int | None = None  # set: every step drafts min(pinned, the loop's gamma), no policy
         self.reset()
 
     def reset(self) -> None:
-        """Forget the acceptance history and the step log (a new workload)."""
+        """Forget the acceptance history and the step log (a new workload).
+
+        A new generation does not need it: the scheduler sees one start (the contexts are not a
+        continuation of the last step's) and starts its per-row state afresh, but keeps the pooled
+        and per-position acceptance learnt on earlier generations, as a server keeps what it has
+        learnt of its drafter on its traffic."""
         self._accepted, self._verified = 0.0, 0.0
         self._depth: list[list[float]] = []  # per draft position d = 1, 2, ...: [decayed accepted, decayed tested]
         self._last: list[tuple[torch.Tensor, list[int], int, bool]] | None = None  # (context, proposal, verified, matched)
@@ -259,16 +294,20 @@ class BatchScheduler:
             out.append(previous)
         return out
 
+    def _new_generation(self, contexts: list[torch.Tensor]) -> None:
+        """Per-row state, idle count and catch-up flag afresh; the acceptance estimates kept."""
+        self._rows = [[c.shape[0], 0.0, 0.0] for c in contexts]  # [start length, decayed accepted, verified]
+        self._idle, self._drafted = 0, False
+
     def _observe(self, contexts: list[torch.Tensor]) -> None:
-        fresh = [[c.shape[0], 0.0, 0.0] for c in contexts]  # the row state of a new generation
         if self._last is None or len(self._last) != len(contexts) or len(self._rows) != len(contexts):
-            self._rows = fresh
+            self._new_generation(contexts)
             return
         seen = []
         for (prev, prop, k, matched), cur in zip(self._last, contexts):
             n = prev.shape[0]
             if cur.shape[0] <= n or not torch.equal(cur[:n], prev):  # not a continuation: a new generation
-                self._rows = fresh
+                self._new_generation(contexts)
                 return
             new = cur[n:n + len(prop) + 1].tolist()  # only the tail is read in Python
             right, judged = revealed([], prop, new)
@@ -317,6 +356,8 @@ class BatchScheduler:
             return total / len(behind)
 
         B = len(contexts)
+        if self.pinned is not None:  # a calibration run (specbook.bench.batch.measure_loop_costs)
+            return min(self.pinned, gamma), self.alpha
         left = self.DEFAULT_HORIZON if self.horizon is None else self.horizon - min(made)
         g = self.costs.best(expected, B, gamma, self.margin * (1 - 1 / B), once=self._catch_up(B, contexts),
                             horizon=left)
@@ -352,7 +393,7 @@ class BatchScheduler:
         else:
             matched = [True] * B
             g, alpha = self._choose(contexts, gamma, matched)
-            if g == 0 and gamma > 0:
+            if g == 0 and gamma > 0 and self.pinned is None:
                 self._idle += 1
                 if (self.probe_every and self._idle >= self.probe_every
                         and self._catch_up(B, contexts) <= self.probe_budget):
