@@ -184,3 +184,37 @@ def test_docs_show_the_tables_of_the_committed_json(path):
     rendered = _rendered(path, shown_as=path.relative_to(ROOT))
     assert rendered in page.read_text(), (f"{page.name} does not show the tables of {path.name} as "
                                           f"`python scripts/docs_tables.py docs/data/{path.name}` renders them")
+
+
+BATCHING = ROOT / "docs" / "batching.md"
+BATCH_BLOCK = re.compile(r"<!-- batch_tables: (\S+) -->\n(.*?)\n<!-- end batch_tables -->", re.S)
+
+
+def test_batching_page_shows_the_committed_batch_json():
+    """docs/batching.md's measured blocks are scripts/batch_tables.py's renders of the JSON beside them."""
+    batch_tables = _script("batch_tables")
+    blocks = BATCH_BLOCK.findall(BATCHING.read_text())
+    assert {path for path, _ in blocks} >= {"docs/data/batch.json", "docs/data/batch_bfloat16.json"}
+    for path, block in blocks:
+        report = batch_tables.load(ROOT / path)
+        assert block == batch_tables.render(path, report), (
+            f"docs/batching.md's block for {path} is not what "
+            f"`python scripts/batch_tables.py --write docs/batching.md {path}` writes")
+        runs = md_tables(block)[0]  # every run of the report has its row
+        assert [(r[0], r[1], int(r[2])) for r in runs] == [
+            (r["drafter"], r["policy"], r["batch_size"]) for r in report["runs"]]
+
+
+def test_batch_tables_refuses_what_it_cannot_render(tmp_path, capsys):
+    batch_tables = _script("batch_tables")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"command": "x"}))
+    assert batch_tables.main([str(bad)]) == 2 and "not a report of python -m specbook batch" in capsys.readouterr().err
+    page = tmp_path / "page.md"
+    page.write_text("no markers here\n")
+    good = ROOT / "docs" / "data" / "batch.json"
+    assert batch_tables.main(["--write", str(page), str(good)]) == 2 and "no block" in capsys.readouterr().err
+    page.write_text(f"a\n<!-- batch_tables: {good} -->\nold\n<!-- end batch_tables -->\nb\n")
+    assert batch_tables.main(["--write", str(page), str(good)]) == 0
+    text = page.read_text()
+    assert "old" not in text and text.startswith("a\n") and text.endswith("b\n") and "| drafter | policy |" in text

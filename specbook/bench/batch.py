@@ -238,6 +238,7 @@ def _median_run(reps: list[dict]) -> dict:
     run["repeats"] = len(reps)
     run["tokens_per_s_each"] = [r["tokens_per_s"] for r in reps]
     run["tokens_per_s_fastest"] = max(run["tokens_per_s_each"])
+    run["gammas"] = [g for r in reps for g in r["gammas"]]  # every repeat's steps, in the order they ran
     return run
 
 
