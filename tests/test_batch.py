@@ -208,6 +208,9 @@ def test_pinned_scheduler_and_loop_costs_on_toy_models():
     out = speculative_generate(target, sched, PROMPTS, 12, GREEDY, 4)
     assert {s.gamma for s in sched.steps} <= {3, 2, 1} and sched.steps[0].gamma == 3  # never 0: no policy
     assert out.sequences() == [generate(target, [p], 12, GREEDY).sequences()[0] for p in PROMPTS]
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="pinned"):
+            sched.pinned = bad
     from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 
     def tiny(seed):

@@ -241,8 +241,20 @@ class BatchScheduler:
         self.decay, self.prior, self.prior_alpha, self.margin = decay, prior, prior_alpha, float(margin)
         self.probe_budget = float(probe_budget)
         self.horizon = horizon
-        self.pinned: int | None = None  # set: every step drafts min(pinned, the loop's gamma), no policy
+        self.pinned = None
         self.reset()
+
+    @property
+    def pinned(self) -> int | None:
+        """None (the policy chooses), or the gamma every step drafts (capped at the loop's): how
+        :func:`specbook.bench.batch.measure_loop_costs` times the loop at each gamma."""
+        return self._pinned
+
+    @pinned.setter
+    def pinned(self, gamma: int | None) -> None:
+        if gamma is not None and (not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 0):
+            raise ValueError(f"pinned must be None or an int >= 0, got {gamma!r}")
+        self._pinned = gamma
 
     def reset(self) -> None:
         """Forget the acceptance history and the step log (a new workload).
