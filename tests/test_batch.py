@@ -373,6 +373,8 @@ def test_crossover_and_adaptive_ratio_read_the_runs():
     for r in runs:  # each policy's fastest repeat, read the same way
         r["tokens_per_s_fastest"] = r["tokens_per_s"] * (1.2 if r["policy"] == "adaptive" else 1.0)
     assert batch_cmd.adaptive_vs_best(runs, "tokens_per_s_fastest")["ngram"][4] == pytest.approx(29 * 1.2 / 30)
-    assert batch_cmd._median_run([{"seconds": s, "prefill_seconds": 0.0, "tokens_per_s": 10 / s, "ms_per_token": s}
-                                  for s in (1.0, 2.0, 4.0)])["tokens_per_s_fastest"] == 10.0
+    merged = batch_cmd._median_run([{"seconds": s, "prefill_seconds": 0.0, "tokens_per_s": 10 / s, "ms_per_token": s,
+                                     "gammas": [int(s)] * 2} for s in (1.0, 2.0, 4.0)])
+    assert merged["tokens_per_s_fastest"] == 10.0 and merged["tokens_per_s"] == 5.0
+    assert merged["gammas"] == [1, 1, 2, 2, 4, 4]  # every repeat's steps, not the first repeat's alone
     assert batch_cmd.crossovers(runs[:3], args) == {"ngram": None}  # never slower: no crossover
