@@ -46,6 +46,7 @@ from .batch_costs import adaptive_vs_best, crossovers  # the runs read back (tes
 from .batch_traces import format_traces, run_traces
 from .crosscheck import differences_are_near_ties
 from .results import machine_info
+from .timing import rotated
 from .registry import DRAFTERS, get_drafter
 from .workloads import load_prompts, select
 
@@ -297,7 +298,7 @@ def run_batch(args) -> dict:
         batch = batches[B]
         reps: dict = {c: [] for c in combos}
         for r in range(args.repeats):
-            for d, pol in combos[r % len(combos):] + combos[:r % len(combos)]:  # rotated: drift spreads evenly
+            for d, pol in rotated(combos, r):  # drift spreads evenly
                 drafter = None if d == "none" else (schedulers[d] if pol == "adaptive" else drafters[d])
                 reps[(d, pol)].append(run_once(target, drafter, batch, args, params, eos))
                 bar.update(1)
@@ -369,7 +370,7 @@ def measure_loop_costs(target, schedulers: dict, batches: dict, args, params, eo
         for B, batch in batches.items():
             gaps: dict = {g: [] for g in gammas}
             for r in range(rounds):
-                for g in gammas[r % len(gammas):] + gammas[:r % len(gammas)]:
+                for g in rotated(gammas, r):
                     stamps: list[float] = []
                     sched.pinned = g
                     try:

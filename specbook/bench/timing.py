@@ -35,6 +35,13 @@ def synchronize(device: torch.device | str | None) -> None:
         torch.cuda.synchronize(device)
 
 
+def rotated(keys: Sequence, r: int) -> list:
+    """``keys`` starting at index r mod len(keys): round r's order, so that drift on a shared machine
+    falls on every setting alike."""
+    start = r % len(keys)
+    return list(keys[start:]) + list(keys[:start])
+
+
 def interleaved_medians(keys: Sequence[Hashable], run: Callable, *, reps: int, warmup: int = 0,
                         after: Callable | None = None, device=None, progress: str | None = None,
                         reduce: Callable = statistics.median) -> dict:
@@ -54,8 +61,7 @@ def interleaved_medians(keys: Sequence[Hashable], run: Callable, *, reps: int, w
     keys = list(keys)
     times: dict = {k: [] for k in keys}
     for rnd in progress_bar(range(warmup + reps), disable=progress is None, desc=progress, unit="round"):
-        start = rnd % len(keys)
-        for k in keys[start:] + keys[:start]:
+        for k in rotated(keys, rnd):
             synchronize(device)
             t0 = time.perf_counter()
             run(k)
