@@ -25,7 +25,8 @@ stayed in row b's cache, so the drafter can read ``target.last_hidden[b, kept[b]
 Every optional capability the loop uses is a Protocol in :mod:`specbook.protocols`.
 
 ``on_step``, if given, receives one :class:`DecodeStep` per verification pass: what was
-drafted, what the target said, what was emitted.  The lessons' step-by-step traces
+drafted, what the target said, what was emitted.  :func:`speculative_steps` and
+:func:`generate_steps` are the same loops as Python generators, one pass per ``next``.  The lessons' step-by-step traces
 (:mod:`specbook.teach.trace`) are built on it, so they cannot drift from this loop.
 
 Rows are independent: prompts may have different lengths (one padded prefill, then each row
@@ -35,7 +36,7 @@ Every Draft and every block of target logits is checked on arrival (:mod:`specbo
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -51,7 +52,8 @@ from .verify import verify_chain, verify_greedy
 from .verify_tree import keep_indices, verify_tree, verify_tree_greedy
 
 
-__all__ = ["PAD", "DecodeStats", "DecodeStep", "GenerateResult", "generate", "speculative_generate"]
+__all__ = ["PAD", "DecodeStats", "DecodeStep", "GenerateResult", "generate", "generate_steps", "speculative_generate",
+           "speculative_steps"]
 
 
 @dataclass
@@ -139,7 +141,8 @@ class DecodeStats:
 
 @dataclass(frozen=True)
 class DecodeStep:
-    """One verification pass of :func:`speculative_generate`, handed to its ``on_step`` hook.
+    """One verification pass of :func:`speculative_generate` (or one pass of :func:`generate`, with
+    an empty draft), handed to the ``on_step`` hook and yielded by the ``*_steps`` generators.
 
     rows:          the original row index (in the prompt) of each batch slot; rows that have
                    ended are no longer in the batch
@@ -200,14 +203,34 @@ def generate(
     generator: torch.Generator | None = None,
     progress: bool = False,
     eos_token_id: int | Sequence[int] | None = None,
+    on_step: Callable[[DecodeStep], None] | None = None,
 ) -> GenerateResult:
     """Plain autoregressive decoding: one target pass per token.
 
     ``prompt``: a (T,) or (B, T) token tensor, or a list of rows of any lengths.  A row stops at
     ``max_new_tokens`` or right after it emits a token of ``eos_token_id``, and then leaves the batch.
+    ``on_step``: called after every pass with a :class:`DecodeStep` whose draft is empty (K = 0).
     """
+    return _run(generate_steps(target, prompt, max_new_tokens, params, generator, progress, eos_token_id), on_step)
+
+
+def generate_steps(
+    target: Target,
+    prompt,
+    max_new_tokens: int,
+    params: SamplingParams = SamplingParams(),
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+    eos_token_id: int | Sequence[int] | None = None,
+) -> Generator[DecodeStep, None, GenerateResult]:
+    """:func:`generate` one pass at a time: a Python generator that yields each pass's
+    :class:`DecodeStep` (an empty draft) and returns the :class:`GenerateResult`.  Nothing runs
+    until the first ``next``; the prefill runs with the first pass.  Arguments are checked at once."""
     prompts, eos = _check_common(target, prompt, max_new_tokens, params, eos_token_id)
-    device = prompt_device(prompt)
+    return _plain_loop(target, prompts, eos, max_new_tokens, params, generator, progress, prompt_device(prompt))
+
+
+def _plain_loop(target, prompts, eos, max_new_tokens, params, generator, progress, device):
     rows = Rows(prompts, max_new_tokens, eos)
     stats = DecodeStats()
     prefill(target, prompts, device)
@@ -217,12 +240,17 @@ def generate(
         B = len(rows.live)
         logits = target.forward(pending)
         check_target_logits(logits, target, (B, 1, target.vocab_size))
-        logits = logits[:, -1]  # (B, V)
-        nxt = logits.argmax(-1) if params.greedy else sample(logits_to_probs(logits, params), generator)  # (B,)
+        last = logits[:, -1]  # (B, V)
+        probs = None if params.greedy else logits_to_probs(last, params)  # (B, V)
+        nxt = last.argmax(-1) if params.greedy else sample(probs, generator)  # (B,)
+        slots = tuple(rows.live)
         kept, ended = rows.extend([[t] for t in nxt.tolist()], [1] * B)
-        stats.record(0, torch.tensor(kept, dtype=torch.long))
+        kept = torch.tensor(kept, dtype=torch.long)
+        stats.record(0, kept)
         bar.update(1)
         pending = nxt[:, None].to(device)
+        yield DecodeStep(slots, Draft(pending.new_empty((B, 0))), logits, None if probs is None else probs[:, None],
+                         nxt[:, None], torch.ones(B, dtype=torch.long), kept)
         if ended:
             drop_rows(target, None, rows, ended, device)
             pending = pending_tokens(rows, device) if rows.live else pending
@@ -260,11 +288,36 @@ def speculative_generate(
     ``on_step``: called with a :class:`DecodeStep` after every verification pass (None: nothing
     is recorded).  It must not change the target or the drafter.
     """
+    steps = speculative_steps(target, drafter, prompt, max_new_tokens, params, gamma, generator, progress,
+                              eos_token_id)
+    return _run(steps, on_step)
+
+
+def speculative_steps(
+    target: Target,
+    drafter: Drafter,
+    prompt,
+    max_new_tokens: int,
+    params: SamplingParams = SamplingParams(),
+    gamma: int = 4,
+    generator: torch.Generator | None = None,
+    progress: bool = False,
+    eos_token_id: int | Sequence[int] | None = None,
+) -> Generator[DecodeStep, None, GenerateResult]:
+    """:func:`speculative_generate` one verification pass at a time: a Python generator that yields
+    each pass's :class:`DecodeStep` and returns the :class:`GenerateResult`.  Nothing runs until the
+    first ``next``; the prefill runs with the first pass.  Between two passes the caller must not
+    change the target or the drafter.
+
+    Stepping lets a caller interleave several generations pass by pass, as
+    :mod:`specbook.bench.batch` does to time policies side by side.  Arguments are checked at once."""
     prompts, eos = _check_common(target, prompt, max_new_tokens, params, eos_token_id)
     check_gamma(gamma)
-    if on_step is not None and not callable(on_step):
-        raise TypeError(f"on_step must be a callable or None, got {type(on_step).__name__}")
-    device = prompt_device(prompt)
+    return _speculative_loop(target, drafter, prompts, eos, max_new_tokens, params, gamma, generator, progress,
+                             prompt_device(prompt))
+
+
+def _speculative_loop(target, drafter, prompts, eos, max_new_tokens, params, gamma, generator, progress, device):
     rows = Rows(prompts, max_new_tokens, eos)
     stats = DecodeStats()
     passes_before = drafter.passes if isinstance(drafter, CountsPasses) else 0
@@ -289,8 +342,7 @@ def speculative_generate(
         counts, ended = rows.extend(tokens.tolist(), num_emitted.tolist())
         counts = torch.tensor(counts, dtype=torch.long)
         stats.record(K, num_emitted, depth=None if path is None else path.shape[1], kept=counts)
-        if on_step is not None:
-            on_step(DecodeStep(slots, draft, logits, probs, tokens, num_emitted, counts, path))
+        yield DecodeStep(slots, draft, logits, probs, tokens, num_emitted, counts, path)
         pending = tokens.gather(1, (num_emitted - 1)[:, None]).to(device)  # (B, 1)
         if ended:
             drop_rows(target, drafter, rows, ended, device)
@@ -299,6 +351,19 @@ def speculative_generate(
     bar.close()
     tokens, new_tokens, lengths = rows.result(device)
     return GenerateResult(tokens, new_tokens, stats, lengths)
+
+
+def _run(steps: Generator[DecodeStep, None, GenerateResult], on_step) -> GenerateResult:
+    """Drive a stepping generation to its end, handing each pass to ``on_step``."""
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"on_step must be a callable or None, got {type(on_step).__name__}")
+    while True:
+        try:
+            step = next(steps)
+        except StopIteration as stop:
+            return stop.value
+        if on_step is not None:
+            on_step(step)
 
 
 def _verify_step(target: Target, draft: Draft, pending: torch.Tensor, params: SamplingParams,

@@ -3,6 +3,7 @@ losslessness of batched speculation on the real model (batch 1 to 16, prompts of
 from __future__ import annotations
 
 import os
+import time
 import warnings
 
 import pytest
@@ -219,12 +220,54 @@ def test_pinned_scheduler_and_loop_costs_on_toy_models():
         return LlamaTarget(LlamaModel(cfg).init_weights(generator=torch.Generator().manual_seed(seed)),
                            max_length=64)
 
-    sched = BatchScheduler(DraftModelDrafter(tiny(1)), BatchCosts({1: (1.0, 9.0)}), probe_every=0)
+    scheds = [BatchScheduler(DraftModelDrafter(tiny(1)), BatchCosts({1: (1.0, 9.0)}), probe_every=0)
+              for _ in range(3)]
     args = argparse.Namespace(gamma=2, max_new_tokens=12, seed=0)
-    loop = batch_cmd.measure_loop_costs(tiny(0), {"draft": sched}, {2: PROMPTS[:2]}, args, GREEDY, None, rounds=2)
-    assert sched.pinned is None and sched.steps == []  # unpinned, and the adaptive runs start cold
+    targets = [tiny(0) for _ in range(3)]
+    loop = batch_cmd.measure_loop_costs(targets, {"draft": scheds}, {2: PROMPTS[:2]}, args, GREEDY, None, rounds=2)
+    assert all(s.pinned is None for s in scheds)  # unpinned afterwards
+    assert [max(s.gamma for s in sched.steps) for sched in scheds] == [0, 1, 2]  # each drafted its own gamma
     assert len(loop["draft"]["step"][2]) == 2 and loop["draft"]["seconds"][2] > 0
     assert loop["draft"]["step"][2] == pytest.approx(batch_cmd.straight(loop["draft"]["step_raw"][2]))
+    with pytest.raises(ValueError, match="targets"):
+        batch_cmd.measure_loop_costs(targets[:2], {"draft": scheds}, {2: PROMPTS[:2]}, args, GREEDY, None)
+
+
+def test_runs_stepped_side_by_side_equal_each_run_alone():
+    """The benchmark steps plain, fixed and adaptive runs in turns, each on its own cache and drafter: the
+    outputs are those of each run alone, and each run's clock counts its own passes only."""
+    import argparse
+
+    from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
+
+    def model(seed):
+        cfg = LlamaConfig(vocab_size=50, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, intermediate_size=48,
+                          max_position_embeddings=128)
+        return LlamaModel(cfg).init_weights(generator=torch.Generator().manual_seed(seed))
+
+    target_model, draft_model = model(0), model(0)  # the same weights: the draft agrees with the target
+    args = argparse.Namespace(gamma=3, max_new_tokens=10, seed=0)
+    prompts = PROMPTS[:3]
+
+    def drafters():
+        sched = BatchScheduler(DraftModelDrafter(LlamaTarget(draft_model, max_length=64)), BatchCosts(FLAT),
+                               margin=0.0, probe_every=1)
+        return [None, DraftModelDrafter(LlamaTarget(draft_model, max_length=64)), sched]
+
+    runs = [batch_cmd.Run(LlamaTarget(target_model, max_length=64), d, prompts, args, GREEDY, None) for d in drafters()]
+    t0 = time.perf_counter()
+    batch_cmd.side_by_side(runs)
+    wall = time.perf_counter() - t0
+    together = [r.figures() for r in runs]
+    alone = [batch_cmd.run_once(LlamaTarget(target_model, max_length=64), d, prompts, args, GREEDY, None)
+             for d in drafters()]
+    plain = generate(LlamaTarget(target_model, max_length=64), prompts, 10, GREEDY).sequences()
+    for t, a in zip(together, alone):
+        assert t["sequences"] == a["sequences"] == plain and t["new_tokens"] == 30
+    assert together[0]["positions_per_pass"] == 3 and together[0]["wasted_fraction"] == 0
+    assert together[1]["tau"] > 1.5 and max(together[2]["gammas"]) >= 1  # the drafts were accepted
+    assert sum(r.seconds for r in runs) <= wall  # each clock counts its own passes, not its neighbours'
+    assert all(len(r.passes) == r.result.stats.target_passes for r in runs)
 
 
 def test_scheduler_keeps_acceptance_across_generations():
@@ -373,6 +416,10 @@ def test_crossover_and_adaptive_ratio_read_the_runs():
     for r in runs:  # each policy's fastest repeat, read the same way
         r["tokens_per_s_fastest"] = r["tokens_per_s"] * (1.2 if r["policy"] == "adaptive" else 1.0)
     assert batch_cmd.adaptive_vs_best(runs, "tokens_per_s_fastest")["ngram"][4] == pytest.approx(29 * 1.2 / 30)
+    for r, each in zip(runs, ([10, 10, 10], [15, 9, 15], [14, 14, 12], [30, 30, 30], [25, 25, 25], [29, 29, 10])):
+        r["tokens_per_s_each"] = each  # repeat i of every policy ran side by side
+    paired = batch_cmd.adaptive_vs_best(runs, paired=True)["ngram"]
+    assert paired == {1: pytest.approx(14 / 15), 4: pytest.approx(29 / 30)}  # median of 14/15, 14/10, 12/15
     merged = batch_cmd._median_run([{"seconds": s, "prefill_seconds": 0.0, "tokens_per_s": 10 / s, "ms_per_token": s,
                                      "gammas": [int(s)] * 2} for s in (1.0, 2.0, 4.0)])
     assert merged["tokens_per_s_fastest"] == 10.0 and merged["tokens_per_s"] == 5.0

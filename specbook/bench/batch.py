@@ -9,7 +9,7 @@ command decodes the same prompts (of different lengths) at every batch size with
 fixed-gamma speculation and the load-aware :class:`~specbook.drafters.scheduler.BatchScheduler`,
 and reports, per run::
 
-    tokens_per_s        all rows' new tokens over wall time (throughput)
+    tokens_per_s        all rows' new tokens over the run's time (throughput)
     ms_per_token        mean over rows of (time the row finished / its new tokens) (latency)
     tau                 tokens per target pass per row
     positions_per_pass  positions one target forward computed, B (K + 1), averaged over passes
@@ -20,6 +20,12 @@ and reports, per run::
 and the crossover per drafter, the measured roofline of this machine with its prediction of the
 crossover from each drafter's measured acceptance, and (``--traces``) acceptance along
 step-by-step reasoning traces (:mod:`specbook.bench.batch_traces`).
+
+Timing side by side.  On a shared machine a run can be 20-30% slower than its twin a second later.
+So the policies of one repeat are not timed one after the other: their generations are stepped in
+turns, one target pass each (:class:`Run`, :func:`side_by_side`), each on its own cache and drafter,
+and a run's time is the sum of its own passes (prefill excluded).  A slow spell then lands on every
+policy alike, and ``adaptive_vs_best_paired`` divides it out repeat by repeat.
 
     python -m specbook batch --batch-sizes 1,2,4,8,16 --max-new-tokens 32 --drafters none,ngram,draft
 """
@@ -35,7 +41,7 @@ from itertools import cycle, islice
 import torch
 from tqdm.auto import tqdm
 
-from ..decode import DecodeStep, generate, speculative_generate
+from ..decode import DecodeStep, generate_steps, speculative_generate, speculative_steps
 from ..drafters.scheduler import BatchCosts, BatchScheduler
 from ..models import LlamaTarget
 from ..models.chat import chat_ids
@@ -141,8 +147,8 @@ def interleave(prompts: list) -> list:
 class StepLog:
     """An ``on_step`` hook that counts positions, waste and per-row finishing times of one run."""
 
-    def __init__(self, drafter, start: float):
-        self.drafter, self.start = drafter, start
+    def __init__(self, drafter, start: float = 0.0, clock=None):
+        self.drafter, self.start, self.clock = drafter, start, clock or batch_costs.now
         self.passes = self.positions = self.wasted = self.padding = 0
         self.finished: dict[int, float] = {}  # row -> seconds since start at its last step
         self.steps: list[tuple[tuple[int, ...], list[int], list[int], int]] = []  # (rows, accepted, kept, K)
@@ -156,7 +162,7 @@ class StepLog:
         matches = list(getattr(self.drafter, "match_lengths", None) or [])
         if K and len(matches) == B:  # a row without a match drafted nothing: its K positions are padding
             self.padding += K * sum(m == 0 for m in matches)
-        t = batch_costs.now() - self.start
+        t = self.clock() - self.start
         for r in step.rows:
             self.finished[r] = t
         self.steps.append((step.rows, accepted, step.kept.tolist(), K))
@@ -199,35 +205,84 @@ class PrefillClock:
         del self.target.prefill
 
 
-def run_once(target, drafter, prompts, args, params, eos) -> dict:
-    """One generation of ``prompts`` (a batch); the figures of one run, prefill excluded from the times."""
-    g = torch.Generator().manual_seed(args.seed)
-    if hasattr(drafter, "reset") and not isinstance(drafter, BatchScheduler):
-        drafter.reset()  # a scheduler keeps the acceptance it learnt on the run's earlier generations
-    logged = len(getattr(drafter, "steps", []))
-    start = batch_costs.now()
-    log = StepLog(drafter, start)
-    with PrefillClock(target) as prefill:
+class Run:
+    """One generation of a batch, advanced one pass at a time; its clock counts its own passes only.
+
+    Runs stepped in turns by :func:`side_by_side` share every slow spell of a shared machine, so the
+    ratio of their times is far steadier than that of runs timed one after the other.  Each run needs
+    its own target (cache) and drafter instance.  The prefill is timed apart and excluded."""
+
+    def __init__(self, target, drafter, prompts, args, params, eos):
+        if hasattr(drafter, "reset") and not isinstance(drafter, BatchScheduler):
+            drafter.reset()  # a scheduler keeps the acceptance it learnt on the run's earlier generations
+        self.drafter, self.rows = drafter, len(prompts)
+        self.logged = len(getattr(drafter, "steps", []))
+        self.seconds = 0.0  # inside this run's own passes (its prefill included)
+        self.passes: list[float] = []  # each pass's seconds, in order (the first pays the prefill)
+        self.log = StepLog(drafter, clock=lambda: self.seconds)
+        self.prefill = PrefillClock(target).__enter__()
+        g = torch.Generator().manual_seed(args.seed)
         if drafter is None:
-            out = generate(target, prompts, args.max_new_tokens, params, g, eos_token_id=eos)
+            self.steps = generate_steps(target, prompts, args.max_new_tokens, params, g, eos_token_id=eos)
         else:
-            out = speculative_generate(target, drafter, prompts, args.max_new_tokens, params, args.gamma, g,
-                                       eos_token_id=eos, on_step=log)
-    seconds = batch_costs.now() - start - prefill.seconds
-    lengths = out.lengths.tolist()
-    # a row's finishing time: its last verification pass (plain decoding: every row runs to the end)
-    finished = [log.finished.get(r, seconds + prefill.seconds) - prefill.seconds for r in range(len(prompts))]
-    total = sum(lengths)
-    positions = log.positions if drafter is not None else total  # plain: one position per row and token
-    return {"seconds": seconds, "prefill_seconds": prefill.seconds, "new_tokens": total,
-            "tokens_per_s": total / seconds,
-            "ms_per_token": 1000 * statistics.mean(f / max(n, 1) for f, n in zip(finished, lengths)),
-            "tau": out.stats.tau, "acceptance_rate": out.stats.acceptance_rate,
-            "positions_per_pass": (log.positions / log.passes) if log.passes else len(prompts),
-            "wasted_fraction": log.wasted / positions if positions else 0.0,
-            "padding_fraction": log.padding / positions if positions else 0.0,
-            "sequences": out.sequences(),
-            "gammas": [s.gamma for s in getattr(drafter, "steps", [])[logged:]]}
+            self.steps = speculative_steps(target, drafter, prompts, args.max_new_tokens, params, args.gamma, g,
+                                           eos_token_id=eos)
+        self.result = None
+
+    def advance(self) -> bool:
+        """One pass (the first also prefills); False once the generation has ended."""
+        t0 = batch_costs.now()
+        try:
+            step = next(self.steps)
+        except StopIteration as stop:
+            self.seconds += batch_costs.now() - t0
+            self.result = stop.value
+            self.close()
+            return False
+        dt = batch_costs.now() - t0
+        self.seconds += dt
+        self.passes.append(dt)
+        self.log(step)
+        return True
+
+    def close(self) -> None:
+        self.prefill.__exit__(None, None, None)
+
+    def figures(self) -> dict:
+        """The run's figures, prefill excluded from the times."""
+        out, log, prefill = self.result, self.log, self.prefill.seconds
+        seconds = self.seconds - prefill
+        lengths = out.lengths.tolist()
+        finished = [log.finished.get(r, self.seconds) - prefill for r in range(self.rows)]  # its last pass
+        total = sum(lengths)
+        positions = log.positions
+        return {"seconds": seconds, "prefill_seconds": prefill, "new_tokens": total,
+                "tokens_per_s": total / seconds,
+                "ms_per_token": 1000 * statistics.mean(f / max(n, 1) for f, n in zip(finished, lengths)),
+                "tau": out.stats.tau, "acceptance_rate": out.stats.acceptance_rate,
+                "positions_per_pass": (log.positions / log.passes) if log.passes else self.rows,
+                "wasted_fraction": log.wasted / positions if positions else 0.0,
+                "padding_fraction": log.padding / positions if positions else 0.0,
+                "sequences": out.sequences(),
+                "gammas": [s.gamma for s in getattr(self.drafter, "steps", [])[self.logged:]]}
+
+
+def side_by_side(runs: list[Run]) -> None:
+    """Advance ``runs`` one pass each, in the listed order, round after round, until every one has ended."""
+    live = list(runs)
+    try:
+        while live:
+            live = [r for r in live if r.advance()]
+    finally:
+        for r in live:
+            r.close()
+
+
+def run_once(target, drafter, prompts, args, params, eos) -> dict:
+    """One generation of ``prompts`` (a batch) alone; the figures of one run, prefill excluded from the times."""
+    run = Run(target, drafter, prompts, args, params, eos)
+    side_by_side([run])
+    return run.figures()
 
 
 def _median_run(reps: list[dict]) -> dict:
@@ -279,29 +334,45 @@ def run_batch(args) -> dict:
                 "settings": {k: v for k, v in vars(args).items() if k not in ("json_path", "command")},
                 "traces": run_traces(target, drafters, tokenizer, args, params, progress)}
     costs = measure_costs(model, target, drafters, args, progress)
-    # Prompt lookup drafts in the shadow (free, so acceptance stays observable at gamma 0); a model
-    # drafter probes after 4 idle steps, but only where its catch-up costs at most one target pass
-    # (BatchScheduler's docstring): often at a small batch, where a wrong "off" costs the most.
-    schedulers = {d: BatchScheduler(drafters[d], BatchCosts(costs["v"], costs["c"].get(d, 0.0),
-                                                            costs["catch_up"].get(d, 0.0)),
-                                    shadow=d.startswith("ngram"), probe_every=4, horizon=args.max_new_tokens)
-                  for d in args.drafters if d != "none"}
+    priced = {d: BatchCosts(costs["v"], costs["c"].get(d, 0.0), costs["catch_up"].get(d, 0.0))
+              for d in args.drafters if d != "none"}
+
+    def scheduler(d: str) -> BatchScheduler:
+        # Prompt lookup drafts in the shadow (free, so acceptance stays observable at gamma 0); a model
+        # drafter probes after 4 idle steps, but only where its catch-up costs at most one target pass
+        # (BatchScheduler's docstring): often at a small batch, where a wrong "off" costs the most.
+        # Each scheduler wraps a drafter of its own: runs stepped side by side must not share one.
+        return BatchScheduler(make_drafter(d, model, tokenizer, target, args.gamma), priced[d],
+                              shadow=d.startswith("ngram"), probe_every=4, horizon=args.max_new_tokens)
+
+    combos = [("none", "fixed")] + [(d, p) for d in args.drafters if d != "none" for p in args.policy]
+    loop_timed = bool(priced) and "adaptive" in args.policy and not args.forward_costs
+    # one cache per run stepped side by side: the combos, and gammas 0..gamma when the loop is timed
+    targets = [target] + [LlamaTarget(model, max_length=target.max_length)
+                          for _ in range(max(len(combos), args.gamma + 1 if loop_timed else 0) - 1)]
+    schedulers = {d: scheduler(d) for d in priced if "adaptive" in args.policy}
     batches = {B: list(islice(cycle(ids), B)) for B in args.batch_sizes}  # prompts of different lengths
-    if schedulers and not args.forward_costs:  # price each step as the loop itself runs it
-        costs["loop"] = measure_loop_costs(target, schedulers, batches, args, params, eos, progress=progress)
+    if loop_timed:  # price each step as the loop itself runs it
+        pinned = {d: [scheduler(d) for _ in range(args.gamma + 1)] for d in priced}
+        costs["loop"] = measure_loop_costs(targets, pinned, batches, args, params, eos, progress=progress)
+        del pinned
         for d, sched in schedulers.items():
             sched.costs = loop_priced(sched.costs, costs["loop"][d], costs["t1_seconds"])
-    combos = [("none", "fixed")] + [(d, p) for d in args.drafters if d != "none" for p in args.policy]
     runs = []
-    bar = tqdm(total=len(args.batch_sizes) * len(combos) * args.repeats, desc="batch", disable=not progress)
+    bar = tqdm(total=len(args.batch_sizes) * args.repeats, desc="batch", disable=not progress)
     for B in args.batch_sizes:
         batch = batches[B]
         reps: dict = {c: [] for c in combos}
         for r in range(args.repeats):
-            for d, pol in rotated(combos, r):  # drift spreads evenly
+            # every policy's run stepped side by side, pass by pass, in an order rotated each repeat
+            started = {}
+            for i, (d, pol) in enumerate(combos):
                 drafter = None if d == "none" else (schedulers[d] if pol == "adaptive" else drafters[d])
-                reps[(d, pol)].append(run_once(target, drafter, batch, args, params, eos))
-                bar.update(1)
+                started[(d, pol)] = Run(targets[i], drafter, batch, args, params, eos)
+            side_by_side([started[c] for c in rotated(combos, r)])
+            for c, run in started.items():
+                reps[c].append(run.figures())
+            bar.update(1)
         plain = reps[("none", "fixed")][0]["sequences"]
         for (d, pol), rr in reps.items():
             run = _median_run(rr)
@@ -317,6 +388,7 @@ def run_batch(args) -> dict:
               "settings": {k: v for k, v in vars(args).items() if k not in ("json_path", "command")},
               "costs": costs, "runs": runs, "crossover": crossovers(runs, args),
               "adaptive_vs_best": adaptive_vs_best(runs),
+              "adaptive_vs_best_paired": adaptive_vs_best(runs, paired=True),
               "adaptive_vs_best_fastest": adaptive_vs_best(runs, "tokens_per_s_fastest")}
     result["roofline"] = roofline_section(model, drafters, runs, costs, args)
     if args.traces:
@@ -351,47 +423,50 @@ def measure_costs(model, target, drafters, args, progress: bool) -> dict:
     return costs
 
 
-def measure_loop_costs(target, schedulers: dict, batches: dict, args, params, eos, *, new_tokens: int = 16,
+def measure_loop_costs(targets: list, pinned: dict, batches: dict, args, params, eos, *, new_tokens: int = 16,
                        rounds: int = 3, progress: bool = False) -> dict:
     """{drafter: {"step": {B: [T_B(1) / T_B(0), ..., T_B(gamma) / T_B(0)]} (fitted with :func:`straight`),
     "step_raw": {B: the same ratios as timed}, "seconds": {B: T_B(0)}}}.
 
-    T_B(g) is one step of the real decode loop, drafter and scheduler included, with the scheduler
-    pinned to draft g tokens at every step, on the run's own batch of B prompts: the median gap
-    between consecutive verification passes (the first pass, which pays a model drafter's catch-up
-    on the prompt, excluded), fastest of ``rounds`` rounds visited in a rotated order of g.
+    ``pinned``: {drafter: [scheduler 0, ..., scheduler gamma]}, one scheduler (each with its own
+    drafter instance) per gamma; ``targets``: at least gamma + 1 targets (caches) of the model.
+    T_B(g) is one step of the real decode loop, drafter and scheduler included, with scheduler g
+    pinned to draft g tokens at every step, on the run's own batch of B prompts.  The gamma + 1
+    runs are stepped side by side (:func:`side_by_side`, in a rotated order each round), so a slow
+    spell of the machine lands on all of them; a step is the median of a run's passes (the first,
+    which pays a model drafter's catch-up on the prompt, excluded), and T_B(g) / T_B(0) is the
+    median over ``rounds`` rounds of the ratio within a round.
     :class:`~specbook.drafters.scheduler.BatchCosts` prices a step with it (``step_cost``)."""
     new_tokens = min(new_tokens, args.max_new_tokens)
     gammas = list(range(args.gamma + 1))
+    if len(targets) < len(gammas):
+        raise ValueError(f"need {len(gammas)} targets to time gammas 0..{args.gamma} side by side, got {len(targets)}")
+    short = argparse.Namespace(**{**vars(args), "max_new_tokens": new_tokens})
     out: dict = {}
-    bar = tqdm(total=len(schedulers) * len(batches) * rounds * len(gammas), desc="loop costs", disable=not progress)
-    for d, sched in schedulers.items():
+    bar = tqdm(total=len(pinned) * len(batches) * rounds, desc="loop costs", disable=not progress)
+    for d, scheds in pinned.items():
+        if len(scheds) != len(gammas):
+            raise ValueError(f"pinned[{d!r}] must hold one scheduler per gamma 0..{args.gamma}, got {len(scheds)}")
         out[d] = {"step": {}, "step_raw": {}, "seconds": {}}
         for B, batch in batches.items():
-            gaps: dict = {g: [] for g in gammas}
+            steps: dict = {g: [] for g in gammas}
             for r in range(rounds):
-                for g in rotated(gammas, r):
-                    stamps: list[float] = []
-                    sched.pinned = g
-                    try:
-                        with PrefillClock(target):
-                            speculative_generate(target, sched, batch, new_tokens, params, args.gamma,
-                                                 torch.Generator().manual_seed(args.seed), eos_token_id=eos,
-                                                 on_step=lambda step: stamps.append(batch_costs.now()))
-                    finally:
-                        sched.pinned = None
-                    between = [b - a for a, b in zip(stamps, stamps[1:])]
-                    if between:
-                        gaps[g].append(statistics.median(between))
-                    bar.update(1)
-            if not all(gaps.values()):
-                raise ValueError(f"too few steps to time the loop at batch {B}: raise --max-new-tokens "
-                                 f"(got {args.max_new_tokens})")
-            t0 = min(gaps[0])
-            out[d]["seconds"][B] = t0
-            out[d]["step_raw"][B] = [min(gaps[g]) / t0 for g in gammas[1:]]
+                runs = {}
+                for g in gammas:
+                    scheds[g].pinned = g
+                    runs[g] = Run(targets[g], scheds[g], batch, short, params, eos)
+                side_by_side([runs[g] for g in rotated(gammas, r)])
+                if any(len(run.passes) < 2 for run in runs.values()):
+                    raise ValueError(f"too few steps to time the loop at batch {B}: raise --max-new-tokens "
+                                     f"(got {args.max_new_tokens})")
+                for g, run in runs.items():
+                    steps[g].append(statistics.median(run.passes[1:]))
+                bar.update(1)
+            out[d]["seconds"][B] = statistics.median(steps[0])
+            out[d]["step_raw"][B] = [statistics.median(a / b for a, b in zip(steps[g], steps[0])) for g in gammas[1:]]
             out[d]["step"][B] = straight(out[d]["step_raw"][B])
-        sched.reset()  # the adaptive runs learn acceptance from their own generations, not these
+        for sched in scheds:
+            sched.pinned = None
     bar.close()
     return out
 
@@ -454,7 +529,8 @@ def format_table(result: dict) -> str:
     for d, B in result["crossover"].items():
         pred = roof["predicted"].get(d, {})
         lines.append(f"crossover {d}: measured {B}, predicted {pred.get('crossover')} (alpha {pred.get('alpha', 0):.2f})")
-    for key, what in (("adaptive_vs_best", "medians"), ("adaptive_vs_best_fastest", "fastest repeats")):
+    for key, what in (("adaptive_vs_best", "medians"), ("adaptive_vs_best_paired", "paired repeats"),
+                      ("adaptive_vs_best_fastest", "fastest repeats")):
         for d, ratios in result.get(key, {}).items():
             lines.append(f"adaptive {d} / best of plain and fixed ({what}): "
                          + "  ".join(f"B={B} {x:.2f}" for B, x in ratios.items()))

@@ -21,6 +21,7 @@ the roofline's peaks their medians.
 """
 from __future__ import annotations
 
+import statistics
 import time
 
 import torch
@@ -148,14 +149,21 @@ def crossovers(runs: list[dict], args) -> dict:
     return out
 
 
-def adaptive_vs_best(runs: list[dict], figure: str = "tokens_per_s") -> dict:
+def adaptive_vs_best(runs: list[dict], figure: str = "tokens_per_s", paired: bool = False) -> dict:
     """{drafter: {B: adaptive tokens/s over the better of plain and fixed speculation at B}} (goal: >= 0.95).
 
     ``figure``: "tokens_per_s" (medians over the repeats) or "tokens_per_s_fastest" (each policy's
-    fastest repeat: on a shared host other work only ever slows a run down)."""
-    tps = {(r["drafter"], r["policy"], r["batch_size"]): r[figure] for r in runs}
+    fastest repeat: on a shared host other work only ever slows a run down).
+    ``paired``: the median over repeats of that ratio within each repeat (``tokens_per_s_each``): the
+    policies of one repeat ran side by side, so a slow spell of the machine divides out."""
+    key = "tokens_per_s_each" if paired else figure
+    tps = {(r["drafter"], r["policy"], r["batch_size"]): r[key] for r in runs}
     out: dict = {}
     for (d, pol, B), value in tps.items():
         if pol == "adaptive" and (d, "fixed", B) in tps and ("none", "plain", B) in tps:
-            out.setdefault(d, {})[B] = value / max(tps[("none", "plain", B)], tps[(d, "fixed", B)])
+            plain, fixed = tps[("none", "plain", B)], tps[(d, "fixed", B)]
+            if paired:
+                out.setdefault(d, {})[B] = statistics.median(a / max(p, f) for a, p, f in zip(value, plain, fixed))
+            else:
+                out.setdefault(d, {})[B] = value / max(plain, fixed)
     return out
