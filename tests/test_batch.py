@@ -270,6 +270,35 @@ def test_runs_stepped_side_by_side_equal_each_run_alone():
     assert all(len(r.passes) == r.result.stats.target_passes for r in runs)
 
 
+def test_side_by_side_keeps_the_runs_clocks_together():
+    """The run furthest behind on its own clock goes next, so no run spends its last seconds alone."""
+    order = []
+
+    class Fake:
+        def __init__(self, name, step, passes):
+            self.name, self.step, self.left, self.seconds, self.closed = name, step, passes, 0.0, False
+
+        def advance(self):
+            if not self.left:
+                return False
+            order.append(self.name)
+            self.seconds += self.step
+            self.left -= 1
+            return True
+
+        def close(self):
+            self.closed = True
+
+    short, long_ = Fake("short", 1.0, 9), Fake("long", 3.0, 3)  # 9 s of work each
+    batch_cmd.side_by_side([short, long_])
+    assert order[:5] == ["short", "long", "short", "short", "short"]
+    clocks = {"short": 0.0, "long": 0.0}
+    for name in order:  # before every pass, the two clocks were within one pass of each other
+        assert abs(clocks["short"] - clocks["long"]) <= 3.0
+        clocks[name] += 1.0 if name == "short" else 3.0
+    assert order.count("short") == 9 and order.count("long") == 3
+
+
 def test_scheduler_keeps_acceptance_across_generations():
     """A new generation starts the rows' state afresh but keeps the acceptance learnt before it."""
     target, draft = make_toy_pair(6, 2, match=0.9, seed=3)

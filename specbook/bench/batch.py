@@ -23,8 +23,9 @@ step-by-step reasoning traces (:mod:`specbook.bench.batch_traces`).
 
 Timing side by side.  On a shared machine a run can be 20-30% slower than its twin a second later.
 So the policies of one repeat are not timed one after the other: their generations are stepped in
-turns, one target pass each (:class:`Run`, :func:`side_by_side`), each on its own cache and drafter,
-and a run's time is the sum of its own passes (prefill excluded).  A slow spell then lands on every
+turns, one target pass at a time, the run furthest behind on its own clock first (:class:`Run`,
+:func:`side_by_side`), each on its own cache and drafter; a run's time is the sum of its own
+passes (prefill excluded).  A slow spell then lands on every
 policy alike, and ``adaptive_vs_best_paired`` divides it out repeat by repeat.
 
     python -m specbook batch --batch-sizes 1,2,4,8,16 --max-new-tokens 32 --drafters none,ngram,draft
@@ -268,11 +269,19 @@ class Run:
 
 
 def side_by_side(runs: list[Run]) -> None:
-    """Advance ``runs`` one pass each, in the listed order, round after round, until every one has ended."""
+    """Advance ``runs`` until every one has ended, one pass at a time, always the run whose own clock is
+    furthest behind (the first listed among equals).
+
+    So the runs' clocks stay within one pass of each other: second s of one run's time and second s of
+    another's fall at about the same moment, and a slow spell of the machine lands on all the runs
+    alive then.  (Round after round of one pass each would not do that: a run with short passes
+    would fall behind and spend its last seconds alone.)"""
     live = list(runs)
     try:
         while live:
-            live = [r for r in live if r.advance()]
+            run = min(live, key=lambda r: r.seconds)  # min keeps the first of equals: the listed order
+            if not run.advance():
+                live.remove(run)
     finally:
         for r in live:
             r.close()
