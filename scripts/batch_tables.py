@@ -72,7 +72,9 @@ def bullets(report: dict) -> str:
         if pred:
             said += f", predicted by the roofline at B = {pred['crossover']} (alpha {pred['alpha']:.2f})"
         out.append(f"- crossover, {d}: {said}")
-    for key, what in (("adaptive_vs_best", "medians"), ("adaptive_vs_best_fastest", "each policy's fastest repeat")):
+    for key, what in (("adaptive_vs_best_paired", "median of the ratios within each repeat"),
+                      ("adaptive_vs_best", "ratio of the medians"),
+                      ("adaptive_vs_best_fastest", "each policy's fastest repeat")):
         for d, table in (report.get(key) or {}).items():
             out.append(f"- adaptive over the better of plain and fixed ({what}), {d}: {_ratios(table)}")
     shape = " x ".join(str(x) for x in roof.get("matmul_shape", []))

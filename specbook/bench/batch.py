@@ -25,8 +25,8 @@ Timing side by side.  On a shared machine a run can be 20-30% slower than its tw
 So the policies of one repeat are not timed one after the other: their generations are stepped in
 turns, one target pass at a time, the run furthest behind on its own clock first (:class:`Run`,
 :func:`side_by_side`), each on its own cache and drafter; a run's time is the sum of its own
-passes (prefill excluded).  A slow spell then lands on every
-policy alike, and ``adaptive_vs_best_paired`` divides it out repeat by repeat.
+passes (prefill excluded).  A slow spell then lands on every policy alike, and
+``adaptive_vs_best_paired`` divides it out repeat by repeat.
 
     python -m specbook batch --batch-sizes 1,2,4,8,16 --max-new-tokens 32 --drafters none,ngram,draft
 """
@@ -373,7 +373,7 @@ def run_batch(args) -> dict:
         batch = batches[B]
         reps: dict = {c: [] for c in combos}
         for r in range(args.repeats):
-            # every policy's run stepped side by side, pass by pass, in an order rotated each repeat
+            # every policy's run stepped side by side (side_by_side); ties broken in an order rotated each repeat
             started = {}
             for i, (d, pol) in enumerate(combos):
                 drafter = None if d == "none" else (schedulers[d] if pol == "adaptive" else drafters[d])
