@@ -25,9 +25,10 @@ stayed in row b's cache, so the drafter can read ``target.last_hidden[b, kept[b]
 Every optional capability the loop uses is a Protocol in :mod:`specbook.protocols`.
 
 ``on_step``, if given, receives one :class:`DecodeStep` per verification pass: what was
-drafted, what the target said, what was emitted.  :func:`speculative_steps` and
-:func:`generate_steps` are the same loops as Python generators, one pass per ``next``.  The lessons' step-by-step traces
+drafted, what the target said, what was emitted.  The lessons' step-by-step traces
 (:mod:`specbook.teach.trace`) are built on it, so they cannot drift from this loop.
+:func:`speculative_steps` and :func:`generate_steps` are the same loops as Python generators,
+one pass per ``next``.
 
 Rows are independent: prompts may have different lengths (one padded prefill, then each row
 rolled back to its own length), each row stops at its own budget or end token, and a row that
