@@ -259,8 +259,11 @@ def test_runs_stepped_side_by_side_equal_each_run_alone():
     batch_cmd.side_by_side(runs)
     wall = time.perf_counter() - t0
     together = [r.figures() for r in runs]
-    alone = [batch_cmd.run_once(LlamaTarget(target_model, max_length=64), d, prompts, args, GREEDY, None)
-             for d in drafters()]
+    alone = []
+    for d in drafters():
+        run = batch_cmd.Run(LlamaTarget(target_model, max_length=64), d, prompts, args, GREEDY, None)
+        batch_cmd.side_by_side([run])
+        alone.append(run.figures())
     plain = generate(LlamaTarget(target_model, max_length=64), prompts, 10, GREEDY).sequences()
     for t, a in zip(together, alone):
         assert t["sequences"] == a["sequences"] == plain and t["new_tokens"] == 30

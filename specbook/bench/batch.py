@@ -287,13 +287,6 @@ def side_by_side(runs: list[Run]) -> None:
             r.close()
 
 
-def run_once(target, drafter, prompts, args, params, eos) -> dict:
-    """One generation of ``prompts`` (a batch) alone; the figures of one run, prefill excluded from the times."""
-    run = Run(target, drafter, prompts, args, params, eos)
-    side_by_side([run])
-    return run.figures()
-
-
 def _median_run(reps: list[dict]) -> dict:
     """One run's figures: medians over the repeats, plus every repeat's tokens/s and the fastest."""
     keys = ("seconds", "prefill_seconds", "tokens_per_s", "ms_per_token")
