@@ -182,7 +182,7 @@ trace = trace_speculative(target, DraftModelDrafter(draft_model), [0], LONG_RUN,
 display(HTML(trace_html(trace, max_steps=10)))
 
 # %%
-reference = speculative_generate(target, DraftModelDrafter(draft_model), torch.tensor([0]), LONG_RUN, params,
+reference = speculative_generate(target, DraftModelDrafter(draft_model), torch.tensor([0]), LONG_RUN, params=params,
                                  gamma=GAMMA, generator=torch.Generator().manual_seed(SEED))
 assert trace.tokens == reference.new_tokens[0].tolist()
 assert trace.accepted_per_step == reference.stats.accepted_per_step
@@ -207,7 +207,7 @@ plots.plot_trace(trace, max_steps=12)
 #   work that survived. It is smaller, and it is not α.
 
 # %%
-plain = generate(target, torch.tensor([0]), LONG_RUN, params, generator=torch.Generator().manual_seed(SEED))
+plain = generate(target, torch.tensor([0]), LONG_RUN, params=params, generator=torch.Generator().manual_seed(SEED))
 spec = reference.stats
 print(f"plain decoding:       {plain.stats.target_passes} target passes for {LONG_RUN} tokens")
 print(f"speculative (γ={GAMMA}):    {spec.target_passes} target passes for {LONG_RUN} tokens "
@@ -276,7 +276,7 @@ timeline_fig
 
 # %%
 prompt = torch.zeros(N_SEQUENCES, 1, dtype=torch.long)  # every row starts with "the"
-batch = speculative_generate(target, DraftModelDrafter(draft_model), prompt, 3, params, gamma=GAMMA,
+batch = speculative_generate(target, DraftModelDrafter(draft_model), prompt, 3, params=params, gamma=GAMMA,
                              generator=torch.Generator().manual_seed(SEED + 1))
 target_law = target.sequence_law([0], 3, params)
 draft_law = draft_model.sequence_law([0], 3, params)
@@ -373,7 +373,7 @@ for batch_size in (1, 64):
 
 # %% tags=["solution"]
 perfect_copy = make_toy_pair(vocab_size=8, order=1, match=0.7, seed=SEED)[0]  # a second instance of the target
-perfect = speculative_generate(target, DraftModelDrafter(perfect_copy), torch.tensor([0]), LONG_RUN, params,
+perfect = speculative_generate(target, DraftModelDrafter(perfect_copy), torch.tensor([0]), LONG_RUN, params=params,
                                gamma=GAMMA, generator=torch.Generator().manual_seed(SEED)).stats
 print(f"q = p: α = {perfect.acceptance_rate}, τ = {perfect.tau:.3f}, {perfect.target_passes} target passes")
 assert perfect.acceptance_rate == 1.0 and perfect.draft_efficiency == 1.0

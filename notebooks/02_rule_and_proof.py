@@ -381,7 +381,7 @@ outcomes = sorted(seq_law)
 index = {o: i for i, o in enumerate(outcomes)}
 seq_tests = {}
 for name, drafter in [("correct", DraftModelDrafter(draft_model)), ("buggy", buggy.MismatchedDraftProbs(draft_model))]:
-    out = speculative_generate(target, drafter, torch.zeros(N_SEQUENCES, 1, dtype=torch.long), 2, hot, gamma=4,
+    out = speculative_generate(target, drafter, torch.zeros(N_SEQUENCES, 1, dtype=torch.long), 2, params=hot, gamma=4,
                                generator=torch.Generator().manual_seed(SEED + 20))
     counts = [0] * len(outcomes)
     for row in out.new_tokens.tolist():

@@ -258,7 +258,7 @@ def measure(target, draft, temperature=1.0, seed=SEED):
             full_rounds.extend((step.num_emitted - 1).tolist())  # accepted drafts of each row
 
     run = speculative_generate(target, DraftModelDrafter(draft), prompts, NEW_TOKENS,
-                               SamplingParams(temperature=temperature), gamma=GAMMA,
+                               params=SamplingParams(temperature=temperature), gamma=GAMMA,
                                generator=torch.Generator().manual_seed(seed), on_step=record_full_rounds)
     return run.stats, run.stats.acceptance_rate, full_rounds
 
@@ -384,10 +384,10 @@ for a_true in tqdm((0.9, 0.4), desc="pairs", disable=FAST):
     row = {}
     for g in (1, 2, 4, 8):
         run = speculative_generate(pair_target, DraftModelDrafter(pair_draft), adapt_prompts, NEW_TOKENS,
-                                   SamplingParams(), gamma=g, generator=torch.Generator().manual_seed(SEED + 3))
+                                   params=SamplingParams(), gamma=g, generator=torch.Generator().manual_seed(SEED + 3))
         row[f"γ = {g}"] = modelled_speedup(run.stats, C_ADAPT)
     adaptive = AdaptiveGamma(DraftModelDrafter(pair_draft), GammaPolicy(c=C_ADAPT))
-    run = speculative_generate(pair_target, adaptive, adapt_prompts, NEW_TOKENS, SamplingParams(), gamma=8,
+    run = speculative_generate(pair_target, adaptive, adapt_prompts, NEW_TOKENS, params=SamplingParams(), gamma=8,
                                generator=torch.Generator().manual_seed(SEED + 3))
     row["adaptive"] = modelled_speedup(run.stats, C_ADAPT)
     adaptive_runs[a_true] = dict(speedups=row, history=adaptive.history, best=theory.optimal_gamma(a_true, C_ADAPT))

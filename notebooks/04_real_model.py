@@ -143,17 +143,17 @@ def decode(prompt_ids: list[int], drafter=None):
     prompt = torch.tensor([prompt_ids])
     start = time.perf_counter()
     if drafter is None:
-        out = generate(target, prompt, MAX_NEW, GREEDY, eos_token_id=END)
+        out = generate(target, prompt, MAX_NEW, params=GREEDY, eos_token_id=END)
     else:
-        out = speculative_generate(target, drafter, prompt, MAX_NEW, GREEDY, GAMMA, eos_token_id=END)
+        out = speculative_generate(target, drafter, prompt, MAX_NEW, params=GREEDY, gamma=GAMMA, eos_token_id=END)
     return out, time.perf_counter() - start
 
 
 def warm_up(drafter=None) -> None:
     """Two short untimed generations: the first calls allocate caches and pick kernels."""
-    generate(target, torch.tensor([ids[0][:16]]), 2, GREEDY)
+    generate(target, torch.tensor([ids[0][:16]]), 2, params=GREEDY)
     if drafter is not None:
-        speculative_generate(target, drafter, torch.tensor([ids[0][:16]]), 2, GREEDY, GAMMA)
+        speculative_generate(target, drafter, torch.tensor([ids[0][:16]]), 2, params=GREEDY, gamma=GAMMA)
 
 
 warm_up(ngram)
@@ -224,7 +224,7 @@ from specbook.teach.streamer import MEANING, TokenStreamer
 
 showcase = next(i for i, p in enumerate(prompts) if p.category == "code_edit")
 streamer = TokenStreamer(tokenizer, mode="html")
-shown = speculative_generate(target, ngram, torch.tensor([ids[showcase]]), MAX_NEW, GREEDY, GAMMA,
+shown = speculative_generate(target, ngram, torch.tensor([ids[showcase]]), MAX_NEW, params=GREEDY, gamma=GAMMA,
                              on_step=streamer, eos_token_id=END)
 streamer.end()
 counts = streamer.counts()
@@ -503,7 +503,7 @@ def measure(prompt_ids: list[int], drafter, plain_run: dict) -> dict:
     timed_target, timed_drafter = TimedTarget(target), TimedDrafter(drafter)
     before = timed_drafter.passes
     start = time.perf_counter()
-    spec = speculative_generate(timed_target, timed_drafter, torch.tensor([prompt_ids]), MAX_NEW, GREEDY, GAMMA,
+    spec = speculative_generate(timed_target, timed_drafter, torch.tensor([prompt_ids]), MAX_NEW, params=GREEDY, gamma=GAMMA,
                                 eos_token_id=END)
     t_spec, s = time.perf_counter() - start, spec.stats
     return {"plain_seconds": t_plain, "spec_seconds": t_spec, "step_seconds": t_plain / plain.lengths[0].item(),

@@ -337,11 +337,11 @@ for temperature in (0.0, 1.0):
         gen = torch.Generator().manual_seed(SEED)
         emitted = passes = 0
         for prompt in eval_prompts:
-            out = speculative_generate(real_target, drafter, prompt, NEW_TOKENS, params, gamma=3, generator=gen)
+            out = speculative_generate(real_target, drafter, prompt, NEW_TOKENS, params=params, gamma=3, generator=gen)
             emitted += out.stats.emitted
             passes += out.stats.target_passes
             if temperature == 0:
-                ref = generate(real_target, prompt, NEW_TOKENS, GREEDY).new_tokens
+                ref = generate(real_target, prompt, NEW_TOKENS, params=GREEDY).new_tokens
                 assert torch.equal(out.new_tokens, ref), name  # greedy speculation changes nothing
         results[(name, temperature)] = emitted / passes
 print(f"{len(configs)} drafters x {len(eval_prompts)} prompts x 2 temperatures in {time.perf_counter() - t0:.0f} s")

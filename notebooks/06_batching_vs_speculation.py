@@ -244,9 +244,9 @@ def run(batch, speculate):
 
     t0 = time.perf_counter()
     if speculate:
-        out = speculative_generate(target, NGramDrafter(), rows, NEW_TOKENS, GREEDY, gamma=GAMMA, on_step=on_step)
+        out = speculative_generate(target, NGramDrafter(), rows, NEW_TOKENS, params=GREEDY, gamma=GAMMA, on_step=on_step)
     else:
-        out = generate(target, rows, NEW_TOKENS, GREEDY)
+        out = generate(target, rows, NEW_TOKENS, params=GREEDY)
     seconds = time.perf_counter() - t0
     new = int(out.lengths.sum())  # new tokens over all rows
     per_row = new / batch

@@ -200,6 +200,7 @@ def generate(
     target: Target,
     prompt,
     max_new_tokens: int,
+    *,
     params: SamplingParams = SamplingParams(),
     generator: torch.Generator | None = None,
     progress: bool = False,
@@ -212,13 +213,15 @@ def generate(
     ``max_new_tokens`` or right after it emits a token of ``eos_token_id``, and then leaves the batch.
     ``on_step``: called after every pass with a :class:`DecodeStep` whose draft is empty (K = 0).
     """
-    return _run(generate_steps(target, prompt, max_new_tokens, params, generator, progress, eos_token_id), on_step)
+    return _run(generate_steps(target, prompt, max_new_tokens, params=params, generator=generator, progress=progress,
+                               eos_token_id=eos_token_id), on_step)
 
 
 def generate_steps(
     target: Target,
     prompt,
     max_new_tokens: int,
+    *,
     params: SamplingParams = SamplingParams(),
     generator: torch.Generator | None = None,
     progress: bool = False,
@@ -265,6 +268,7 @@ def speculative_generate(
     drafter: Drafter,
     prompt,
     max_new_tokens: int,
+    *,
     params: SamplingParams = SamplingParams(),
     gamma: int = 4,
     generator: torch.Generator | None = None,
@@ -289,8 +293,8 @@ def speculative_generate(
     ``on_step``: called with a :class:`DecodeStep` after every verification pass (None: nothing
     is recorded).  It must not change the target or the drafter.
     """
-    steps = speculative_steps(target, drafter, prompt, max_new_tokens, params, gamma, generator, progress,
-                              eos_token_id)
+    steps = speculative_steps(target, drafter, prompt, max_new_tokens, params=params, gamma=gamma,
+                              generator=generator, progress=progress, eos_token_id=eos_token_id)
     return _run(steps, on_step)
 
 
@@ -299,6 +303,7 @@ def speculative_steps(
     drafter: Drafter,
     prompt,
     max_new_tokens: int,
+    *,
     params: SamplingParams = SamplingParams(),
     gamma: int = 4,
     generator: torch.Generator | None = None,

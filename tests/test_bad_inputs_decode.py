@@ -172,16 +172,16 @@ def test_speculation_needs_no_more_context_than_plain_decoding():
     prompt = [[1, 2, 3, 4]]
     for gamma in (1, 4, 8):
         target = Counting(inner, max_length=4 + 12 - 1)
-        out = speculative_generate(target, DraftModelDrafter(draft), prompt, 12, GREEDY, gamma)
-        assert out.sequences() == generate(inner, prompt, 12, GREEDY).sequences()
+        out = speculative_generate(target, DraftModelDrafter(draft), prompt, 12, params=GREEDY, gamma=gamma)
+        assert out.sequences() == generate(inner, prompt, 12, params=GREEDY).sequences()
 
 
 def test_legal_unusual_prompts_work():
     """Rows of any lengths, narrow integer dtypes, a list of tensors: all legal."""
     target, draft = _pair()
     rows = [torch.tensor([1, 2, 3], dtype=torch.uint8), torch.tensor([4], dtype=torch.int16), [5, 0]]
-    out = speculative_generate(target, DraftModelDrafter(draft), rows, 6, GREEDY, 2)
-    ref = [generate(target, [[int(t) for t in r]], 6, GREEDY).sequences()[0] for r in rows]
+    out = speculative_generate(target, DraftModelDrafter(draft), rows, 6, params=GREEDY, gamma=2)
+    ref = [generate(target, [[int(t) for t in r]], 6, params=GREEDY).sequences()[0] for r in rows]
     assert out.sequences() == ref
     equal = [torch.tensor([1, 2]), torch.tensor([3, 4])]  # a list of equal-length tensors (once refused)
-    assert generate(target, equal, 3, GREEDY).new_tokens.shape == (2, 3)
+    assert generate(target, equal, 3, params=GREEDY).new_tokens.shape == (2, 3)

@@ -85,7 +85,7 @@ def test_margin_keeps_speculation_off_where_the_predicted_gain_is_small():
     for rows, drafts in ((1, True), (4, False)):
         sched = BatchScheduler(NGramDrafter(), BatchCosts({1: (1.0, 1.2)}), shadow=True, prior=1e6,
                                prior_alpha=0.3, margin=0.2)  # alpha held at 0.3: S = 1.08 for gamma 1
-        speculative_generate(target, sched, PROMPTS[:rows], 6, GREEDY, 1)
+        speculative_generate(target, sched, PROMPTS[:rows], 6, params=GREEDY, gamma=1)
         assert any(s.gamma for s in sched.steps) == drafts
     for bad in (-0.1, "0.1", float("nan")):
         with pytest.raises(ValueError, match="margin"):
@@ -168,8 +168,8 @@ def test_scheduler_is_lossless_and_turns_off_under_load(table, shadow):
     target, draft = make_toy_pair(6, 2, match=0.8, seed=3)
     inner = NGramDrafter() if shadow else DraftModelDrafter(draft)
     sched = BatchScheduler(inner, BatchCosts(table, 0.0), shadow=shadow)
-    alone = [generate(target, [p], 20, GREEDY).sequences()[0] for p in PROMPTS]
-    out = speculative_generate(target, sched, PROMPTS, 20, GREEDY, 4)
+    alone = [generate(target, [p], 20, params=GREEDY).sequences()[0] for p in PROMPTS]
+    out = speculative_generate(target, sched, PROMPTS, 20, params=GREEDY, gamma=4)
     assert out.sequences() == alone
     gammas = {s.batch: s.gamma for s in sched.steps}
     if table is STEEP:
@@ -206,9 +206,9 @@ def test_pinned_scheduler_and_loop_costs_on_toy_models():
     target, draft = make_toy_pair(6, 2, match=0.8, seed=3)
     sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts({1: (1.0, 9.0)}), probe_every=0)
     sched.pinned = 3
-    out = speculative_generate(target, sched, PROMPTS, 12, GREEDY, 4)
+    out = speculative_generate(target, sched, PROMPTS, 12, params=GREEDY, gamma=4)
     assert {s.gamma for s in sched.steps} <= {3, 2, 1} and sched.steps[0].gamma == 3  # never 0: no policy
-    assert out.sequences() == [generate(target, [p], 12, GREEDY).sequences()[0] for p in PROMPTS]
+    assert out.sequences() == [generate(target, [p], 12, params=GREEDY).sequences()[0] for p in PROMPTS]
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="pinned"):
             sched.pinned = bad
@@ -264,7 +264,7 @@ def test_runs_stepped_side_by_side_equal_each_run_alone():
         run = batch_cmd.Run(LlamaTarget(target_model, max_length=64), d, prompts, args, GREEDY, None)
         batch_cmd.side_by_side([run])
         alone.append(run.figures())
-    plain = generate(LlamaTarget(target_model, max_length=64), prompts, 10, GREEDY).sequences()
+    plain = generate(LlamaTarget(target_model, max_length=64), prompts, 10, params=GREEDY).sequences()
     for t, a in zip(together, alone):
         assert t["sequences"] == a["sequences"] == plain and t["new_tokens"] == 30
     assert together[0]["positions_per_pass"] == 3 and together[0]["wasted_fraction"] == 0
@@ -306,10 +306,10 @@ def test_scheduler_keeps_acceptance_across_generations():
     """A new generation starts the rows' state afresh but keeps the acceptance learnt before it."""
     target, draft = make_toy_pair(6, 2, match=0.9, seed=3)
     sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts(FLAT), margin=0.0, probe_every=1)
-    speculative_generate(target, sched, PROMPTS[:2], 16, GREEDY, 4)
+    speculative_generate(target, sched, PROMPTS[:2], 16, params=GREEDY, gamma=4)
     learnt, first = sched.alpha, len(sched.steps)
     assert abs(learnt - sched.prior_alpha) > 0.1
-    speculative_generate(target, sched, PROMPTS[2:4], 16, GREEDY, 4)
+    speculative_generate(target, sched, PROMPTS[2:4], 16, params=GREEDY, gamma=4)
     assert sched.steps[first].alpha == pytest.approx(learnt, rel=0.2)  # not back at the prior
     sched.reset()
     assert sched.alpha == pytest.approx(sched.prior_alpha) and sched.steps == []
@@ -318,14 +318,14 @@ def test_scheduler_keeps_acceptance_across_generations():
 def test_scheduler_probes_after_idle_steps():
     target, draft = make_toy_pair(6, 1, match=0.8, seed=1)
     sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts({1: (1.0, 9.0)}, 0.0), probe_every=3)
-    speculative_generate(target, sched, [[1, 2]], 12, GREEDY, 1)
+    speculative_generate(target, sched, [[1, 2]], 12, params=GREEDY, gamma=1)
     assert [s.gamma for s in sched.steps][:6] == [0, 0, 1, 0, 0, 1]
     # A costly catch-up (c = 0.5 of a target pass per draft step, 9 passes for two positions): no probe,
     # unless the budget allows it.
     costly = BatchCosts({1: (1.0, 9.0)}, 0.5)
     for budget, probes in ((1.0, False), (float("inf"), True)):
         sched = BatchScheduler(DraftModelDrafter(draft), costly, probe_every=3, probe_budget=budget)
-        speculative_generate(target, sched, [[1, 2]], 12, GREEDY, 1)
+        speculative_generate(target, sched, [[1, 2]], 12, params=GREEDY, gamma=1)
         assert any(s.gamma for s in sched.steps) == probes
     with pytest.raises(ValueError, match="probe_budget"):
         BatchScheduler(NGramDrafter(), BatchCosts(FLAT), probe_budget=-1)
@@ -345,13 +345,13 @@ def test_idle_model_drafter_lets_rows_leave_a_larger_batch():
                            max_length=64)
 
     target, inner = tiny(0), DraftModelDrafter(tiny(1))
-    speculative_generate(target, inner, [[1, 2]], 4, GREEDY, 2)  # the draft cache now holds one row
+    speculative_generate(target, inner, [[1, 2]], 4, params=GREEDY, gamma=2)  # the draft cache now holds one row
     prompts = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
-    alone = [generate(target, [p], 8, GREEDY).sequences()[0] for p in prompts]
+    alone = [generate(target, [p], 8, params=GREEDY).sequences()[0] for p in prompts]
     eos = alone[0][1]  # row 0 ends after two tokens
     expected = [row[:row.index(eos) + 1] if eos in row else row for row in alone]
     sched = BatchScheduler(inner, BatchCosts({1: (1.0, 9.0)}), probe_every=0)  # never drafts
-    out = speculative_generate(target, sched, prompts, 8, GREEDY, 2, eos_token_id=eos)
+    out = speculative_generate(target, sched, prompts, 8, params=GREEDY, gamma=2, eos_token_id=eos)
     assert out.sequences() == expected and all(s.gamma == 0 for s in sched.steps)
 
 
@@ -361,7 +361,7 @@ def test_step_log_counts_padding_as_waste():
     drafter = NGramDrafter()
     log = batch_cmd.StepLog(drafter, 0.0)
     prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4]]  # the second row has nothing to look up at first
-    out = speculative_generate(target, drafter, prompts, 10, GREEDY, 4, on_step=log)
+    out = speculative_generate(target, drafter, prompts, 10, params=GREEDY, gamma=4, on_step=log)
     assert log.padding > 0 and log.wasted >= log.padding
     assert log.positions == sum(len(rows) * (K + 1) for rows, _, _, K in log.steps)
     useful = sum(sum(acc) for _, acc, _, _ in log.steps)
@@ -372,7 +372,7 @@ def test_step_log_counts_padding_as_waste():
 def test_window_acceptance_curve():
     hook = WindowAcceptance(window=4, tokens=10)
     target, draft = make_toy_pair(6, 1, match=0.9, seed=4)
-    speculative_generate(target, DraftModelDrafter(draft), [[1, 2], [3]], 10, GREEDY, 3, on_step=hook)
+    speculative_generate(target, DraftModelDrafter(draft), [[1, 2], [3]], 10, params=GREEDY, gamma=3, on_step=hook)
     curve = hook.curve()
     assert len(curve) == 3 and all(a is None or 0 <= a <= 1 for a in curve)
     assert sum(hook.verified) > 0
@@ -420,12 +420,12 @@ def test_real_model_batched_greedy_equals_each_row_alone():
     prompts = [tokenizer.encode(t, add_special_tokens=False) for t in texts] * 2  # 16 rows, lengths 1 to 12
     new = 5
     target = LlamaTarget(model, max_length=32)
-    alone = [generate(target, [p], new, GREEDY).sequences()[0] for p in prompts[:8]] * 2
+    alone = [generate(target, [p], new, params=GREEDY).sequences()[0] for p in prompts[:8]] * 2
     notes = []
     drafters = (NGramDrafter(), distilled_drafter(target))  # each resets itself when the batch size changes
     for B in (1, 3, 8, 16):
         for drafter in drafters:
-            out = speculative_generate(target, drafter, prompts[:B], new, GREEDY, 3).sequences()
+            out = speculative_generate(target, drafter, prompts[:B], new, params=GREEDY, gamma=3).sequences()
             for b, (got, ref) in enumerate(zip(out, alone)):
                 if got != ref:
                     d = explain_divergence(model, prompts[b], ref, got, TIE_GAP)

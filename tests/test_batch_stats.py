@@ -49,7 +49,7 @@ def run(kind, seed=5):
     drafter = (NGramDrafter() if kind == "ngram"
                else BatchScheduler(DraftModelDrafter(draft), COSTS, probe_every=2))
     batch = [PROMPTS[b % 2] for b in range(2 * PAIRS)]
-    out = speculative_generate(target, drafter, batch, L, params, 3, torch.Generator().manual_seed(seed),
+    out = speculative_generate(target, drafter, batch, L, params=params, gamma=3, generator=torch.Generator().manual_seed(seed),
                                eos_token_id=EOS)
     return pair_law(target, params), pairs_of(out), drafter
 

@@ -371,7 +371,7 @@ def test_bench_smoke_json_schema(tmp_path, smollm2_fetched):
     # the digest is of the generated ids, comma-separated: recompute one independently
     model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     prompt = [p for p in load_prompts() if p.category == "code_edit"][0]
-    ids = generate(LlamaTarget(model, 512), torch.tensor([chat_ids(tokenizer, prompt.prompt)]), 5, GREEDY).new_tokens[0]
+    ids = generate(LlamaTarget(model, 512), torch.tensor([chat_ids(tokenizer, prompt.prompt)]), 5, params=GREEDY).new_tokens[0]
     expected = hashlib.sha256(",".join(map(str, ids.tolist())).encode()).hexdigest()
     sb = next(r for r in data["runs"] if r["engine"] == "specbook" and r["drafter"] == "none" and r["category"] == "code_edit")
     assert sb["output_ids_sha256"] == [expected]

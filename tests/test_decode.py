@@ -45,7 +45,7 @@ def run(drafter_name, params, gamma, order=1, seed=5, match=0.5):
     else:
         raise KeyError(drafter_name)
     g = torch.Generator().manual_seed(2024)
-    result = speculative_generate(target, drafter, prompt.expand(N, -1), L, params, gamma, g)
+    result = speculative_generate(target, drafter, prompt.expand(N, -1), L, params=params, gamma=gamma, generator=g)
     return target.sequence_law(prompt.tolist(), L, params), sequences(result), result
 
 
@@ -69,7 +69,7 @@ def test_sequence_law_equals_target(drafter, params, gamma, order):
 def test_plain_generate_law():
     target, _ = make_toy_pair(4, 1, seed=5)
     params = SamplingParams(temperature=0.8)
-    out = generate(target, torch.tensor([1, 2]).expand(N, -1), L, params, torch.Generator().manual_seed(1))
+    out = generate(target, torch.tensor([1, 2]).expand(N, -1), L, params=params, generator=torch.Generator().manual_seed(1))
     check_fit("generate", target.sequence_law([1, 2], L, params), sequences(out))
 
 
@@ -83,16 +83,16 @@ def test_twin_q_not_the_sampling_distribution_is_caught(params):
 def test_greedy_speculative_equals_greedy_autoregressive(order, match, gamma):
     target, draft = make_toy_pair(6, order, match=match, seed=order * 10 + gamma)
     prompts = torch.randint(6, (16, 4), generator=torch.Generator().manual_seed(gamma))
-    plain = generate(target, prompts, 25, GREEDY)
+    plain = generate(target, prompts, 25, params=GREEDY)
     for drafter in (DraftModelDrafter(draft), NGramDrafter()):
-        spec = speculative_generate(target, drafter, prompts, 25, GREEDY, gamma)
+        spec = speculative_generate(target, drafter, prompts, 25, params=GREEDY, gamma=gamma)
         assert torch.equal(spec.tokens, plain.tokens)
 
 
 def test_stats_bookkeeping():
     target, draft = make_toy_pair(5, 1, match=0.8, seed=0)
-    r = speculative_generate(target, DraftModelDrafter(draft), torch.tensor([[0, 1]]), 40, SamplingParams(), 4,
-                             torch.Generator().manual_seed(0))
+    r = speculative_generate(target, DraftModelDrafter(draft), torch.tensor([[0, 1]]), 40, params=SamplingParams(), gamma=4,
+                             generator=torch.Generator().manual_seed(0))
     s = r.stats
     assert s.emitted == 40 and s.emitted == s.accepted + s.target_passes  # nothing past the budget is counted
     # gamma 4 per pass, except that no draft is asked for past the budget (the last passes ask for fewer)
@@ -108,7 +108,7 @@ def test_stats_bookkeeping():
 def test_identical_draft_accepts_everything():
     target, _ = make_toy_pair(5, 1, seed=3)
     r = speculative_generate(target, DraftModelDrafter(make_toy_pair(5, 1, seed=3)[0]), torch.tensor([0]), 30,
-                             SamplingParams(), 4, torch.Generator().manual_seed(0))
+                             params=SamplingParams(), gamma=4, generator=torch.Generator().manual_seed(0))
     assert r.stats.draft_efficiency == 1.0 and r.stats.tau == 5.0
 
 
@@ -134,10 +134,10 @@ def test_on_step_sees_every_pass_and_changes_nothing(params):
     target, draft = make_toy_pair(6, 1, match=0.6, seed=3)
     prompts = torch.tensor([[1, 2], [3, 0]])
     steps: list[DecodeStep] = []
-    hooked = speculative_generate(target, DraftModelDrafter(draft), prompts, 30, params, 3,
-                                  torch.Generator().manual_seed(4), on_step=steps.append)
-    plain = speculative_generate(target, DraftModelDrafter(draft), prompts, 30, params, 3,
-                                 torch.Generator().manual_seed(4))
+    hooked = speculative_generate(target, DraftModelDrafter(draft), prompts, 30, params=params, gamma=3,
+                                  generator=torch.Generator().manual_seed(4), on_step=steps.append)
+    plain = speculative_generate(target, DraftModelDrafter(draft), prompts, 30, params=params, gamma=3,
+                                 generator=torch.Generator().manual_seed(4))
     assert torch.equal(hooked.tokens, plain.tokens) and hooked.stats == plain.stats
     assert len(steps) == hooked.stats.target_passes
     rows: list[list[int]] = [[], []]
@@ -152,7 +152,7 @@ def test_on_step_sees_every_pass_and_changes_nothing(params):
             rows[b].extend(new[:n])
     assert rows == hooked.new_tokens.tolist()
     with pytest.raises(TypeError, match="on_step"):
-        speculative_generate(target, DraftModelDrafter(draft), prompts, 5, params, on_step="print")
+        speculative_generate(target, DraftModelDrafter(draft), prompts, 5, params=params, on_step="print")
 
 
 class FixedTreeDrafter:
@@ -185,7 +185,7 @@ class ChainOnlyTarget:
 def test_on_step_reports_the_tree_path_and_a_tree_needs_keep():
     target, _ = make_toy_pair(4, 1, match=0.6, seed=1)
     steps: list[DecodeStep] = []
-    speculative_generate(target, FixedTreeDrafter(), [0, 1], 10, SamplingParams(), generator=torch.Generator().manual_seed(0),
+    speculative_generate(target, FixedTreeDrafter(), [0, 1], 10, params=SamplingParams(), generator=torch.Generator().manual_seed(0),
                          on_step=steps.append)
     assert steps and all(s.path is not None and s.path.shape[0] == 1 for s in steps)
     with pytest.raises(ValueError, match="keep"):
@@ -200,9 +200,9 @@ def test_optional_capabilities_are_declared_protocols():
     assert not isinstance(DraftModelDrafter(draft), SupportsObserve)
     # a minimal target and a drafter that counts nothing still decode, the same tokens as the toy itself
     gen = lambda: torch.Generator().manual_seed(3)  # noqa: E731
-    bare = speculative_generate(ChainOnlyTarget(target), NGramDrafter(), [0, 1, 0, 1], 20, SamplingParams(), 3, gen())
-    full = speculative_generate(target, NGramDrafter(), [0, 1, 0, 1], 20, SamplingParams(), 3, gen())
+    bare = speculative_generate(ChainOnlyTarget(target), NGramDrafter(), [0, 1, 0, 1], 20, params=SamplingParams(), gamma=3, generator=gen())
+    full = speculative_generate(target, NGramDrafter(), [0, 1, 0, 1], 20, params=SamplingParams(), gamma=3, generator=gen())
     assert torch.equal(bare.tokens, full.tokens)
-    r = speculative_generate(target, FixedTreeDrafter(), [0], 5, GREEDY)
+    r = speculative_generate(target, FixedTreeDrafter(), [0], 5, params=GREEDY)
     assert r.stats.draft_passes == 0
 

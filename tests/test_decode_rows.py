@@ -24,11 +24,11 @@ PROMPTS = [[1, 2, 3, 1, 2], [4], [2, 2, 5, 1, 2, 3, 1, 2, 3], [3, 1]]
 @pytest.mark.parametrize("order, gamma, eos", [(1, 3, None), (2, 4, 3), (2, 2, 0)])
 def test_greedy_rows_equal_each_row_alone(order, gamma, eos):
     target, draft = make_toy_pair(6, order, match=0.7, seed=order + gamma)
-    alone = [generate(target, [p], 30, GREEDY, eos_token_id=eos).sequences()[0] for p in PROMPTS]
+    alone = [generate(target, [p], 30, params=GREEDY, eos_token_id=eos).sequences()[0] for p in PROMPTS]
     for drafter in (DraftModelDrafter(draft), NGramDrafter()):
-        out = speculative_generate(target, drafter, PROMPTS, 30, GREEDY, gamma, eos_token_id=eos)
+        out = speculative_generate(target, drafter, PROMPTS, 30, params=GREEDY, gamma=gamma, eos_token_id=eos)
         assert out.sequences() == alone
-        assert generate(target, PROMPTS, 30, GREEDY, eos_token_id=eos).sequences() == alone
+        assert generate(target, PROMPTS, 30, params=GREEDY, eos_token_id=eos).sequences() == alone
         if eos is not None:
             for seq in out.sequences():
                 assert len(seq) == 30 or seq[-1] == eos  # a row stops right after its end token
@@ -37,7 +37,7 @@ def test_greedy_rows_equal_each_row_alone(order, gamma, eos):
 
 def test_result_padding_and_lengths():
     target, draft = make_toy_pair(6, 1, match=0.7, seed=1)
-    out = speculative_generate(target, DraftModelDrafter(draft), PROMPTS, 12, GREEDY, 3, eos_token_id=2)
+    out = speculative_generate(target, DraftModelDrafter(draft), PROMPTS, 12, params=GREEDY, gamma=3, eos_token_id=2)
     for b, (prompt, seq) in enumerate(zip(PROMPTS, out.sequences())):
         n = len(prompt) + len(seq)
         assert out.tokens[b, :n].tolist() == prompt + seq and (out.tokens[b, n:] == PAD).all()
@@ -58,7 +58,7 @@ class CountingTarget(WrappedTarget):
 def test_finished_rows_leave_the_batch():
     target, _ = make_toy_pair(6, 1, match=0.7, seed=1)
     counting = CountingTarget(target)
-    out = generate(counting, [[1], [1], [1]], 40, SamplingParams(), torch.Generator().manual_seed(0), eos_token_id=2)
+    out = generate(counting, [[1], [1], [1]], 40, params=SamplingParams(), generator=torch.Generator().manual_seed(0), eos_token_id=2)
     lengths = out.lengths.tolist()
     assert min(lengths) < 40  # some row ended early
     # one pass per emitted token and live row, nothing for rows that have ended
@@ -82,7 +82,7 @@ def test_ragged_rows_with_end_token_follow_the_target(drafter_name, params):
     prompts = [[1, 2, 1, 2, 0], [1]]
     batch = [prompts[b % 2] for b in range(N)]
     drafter = DraftModelDrafter(draft) if drafter_name == "draft model" else NGramDrafter()
-    out = speculative_generate(target, drafter, batch, L, params, 3, torch.Generator().manual_seed(11), eos_token_id=3)
+    out = speculative_generate(target, drafter, batch, L, params=params, gamma=3, generator=torch.Generator().manual_seed(11), eos_token_id=3)
     per_row = _row_sequences(out, [b % 2 for b in range(N)])
     for r, prompt in enumerate(prompts):
         law = target.sequence_law(prompt, L, params, eos_token_id=3)
@@ -95,7 +95,7 @@ def test_twin_left_padded_rectangle_is_caught():
     target, draft = make_toy_pair(4, 2, match=0.6, seed=7)
     padded = torch.tensor([[3, 3, 3, 3, 1]] * N)  # the prompt [1], left-padded to length 5
     params = SamplingParams(temperature=0.9)
-    out = speculative_generate(target, DraftModelDrafter(draft), padded, L, params, 3,
-                               torch.Generator().manual_seed(11), eos_token_id=3)
+    out = speculative_generate(target, DraftModelDrafter(draft), padded, L, params=params, gamma=3,
+                               generator=torch.Generator().manual_seed(11), eos_token_id=3)
     law = target.sequence_law([1], L, params, eos_token_id=3)
     check_rejects("left-padded ragged prompts", law, [tuple(s) for s in out.sequences()])

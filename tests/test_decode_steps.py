@@ -26,15 +26,15 @@ def same(a, b):
 def test_steps_equal_the_whole_loops(params):
     target, draft = make_toy_pair(6, 1, match=0.6, seed=3)
     prompts = [[1, 2, 3], [3, 0]]  # ragged
-    whole = speculative_generate(target, DraftModelDrafter(draft), prompts, 20, params, 3,
-                                 torch.Generator().manual_seed(4), eos_token_id=5)
-    steps, stepped = drain(speculative_steps(target, DraftModelDrafter(draft), prompts, 20, params, 3,
-                                             torch.Generator().manual_seed(4), eos_token_id=5))
+    whole = speculative_generate(target, DraftModelDrafter(draft), prompts, 20, params=params, gamma=3,
+                                 generator=torch.Generator().manual_seed(4), eos_token_id=5)
+    steps, stepped = drain(speculative_steps(target, DraftModelDrafter(draft), prompts, 20, params=params, gamma=3,
+                                             generator=torch.Generator().manual_seed(4), eos_token_id=5))
     assert same(whole, stepped) and len(steps) == stepped.stats.target_passes
     assert all(isinstance(s, DecodeStep) for s in steps)
 
-    plain = generate(target, prompts, 20, params, torch.Generator().manual_seed(4), eos_token_id=5)
-    steps, stepped = drain(generate_steps(target, prompts, 20, params, torch.Generator().manual_seed(4),
+    plain = generate(target, prompts, 20, params=params, generator=torch.Generator().manual_seed(4), eos_token_id=5)
+    steps, stepped = drain(generate_steps(target, prompts, 20, params=params, generator=torch.Generator().manual_seed(4),
                                           eos_token_id=5))
     assert same(plain, stepped) and len(steps) == plain.stats.target_passes
 
@@ -44,8 +44,8 @@ def test_plain_on_step_sees_every_pass_with_an_empty_draft(params):
     target, _ = make_toy_pair(6, 1, seed=3)
     prompts = [[1, 2, 3], [3, 0]]
     steps: list[DecodeStep] = []
-    hooked = generate(target, prompts, 12, params, torch.Generator().manual_seed(1), on_step=steps.append)
-    alone = generate(target, prompts, 12, params, torch.Generator().manual_seed(1))
+    hooked = generate(target, prompts, 12, params=params, generator=torch.Generator().manual_seed(1), on_step=steps.append)
+    alone = generate(target, prompts, 12, params=params, generator=torch.Generator().manual_seed(1))
     assert same(hooked, alone) and len(steps) == 12
     rows: list[list[int]] = [[], []]
     for step in steps:
@@ -67,8 +67,8 @@ def test_generations_interleaved_pass_by_pass_equal_each_alone():
     the benchmark's side-by-side timing relies on this."""
     (t1, d1), (t2, _) = make_toy_pair(6, 1, match=0.6, seed=3), make_toy_pair(6, 1, seed=3)
     params = SamplingParams()
-    a = speculative_steps(t1, DraftModelDrafter(d1), [[1, 2]], 15, params, 2, torch.Generator().manual_seed(7))
-    b = generate_steps(t2, [[0, 3, 1]], 15, params, torch.Generator().manual_seed(8))
+    a = speculative_steps(t1, DraftModelDrafter(d1), [[1, 2]], 15, params=params, gamma=2, generator=torch.Generator().manual_seed(7))
+    b = generate_steps(t2, [[0, 3, 1]], 15, params=params, generator=torch.Generator().manual_seed(8))
     results = {}
     live = {"a": a, "b": b}
     while live:
@@ -78,8 +78,8 @@ def test_generations_interleaved_pass_by_pass_equal_each_alone():
             except StopIteration as stop:
                 results[name] = stop.value
                 del live[name]
-    alone_a = speculative_generate(t1, DraftModelDrafter(d1), [[1, 2]], 15, params, 2, torch.Generator().manual_seed(7))
-    alone_b = generate(t2, [[0, 3, 1]], 15, params, torch.Generator().manual_seed(8))
+    alone_a = speculative_generate(t1, DraftModelDrafter(d1), [[1, 2]], 15, params=params, gamma=2, generator=torch.Generator().manual_seed(7))
+    alone_b = generate(t2, [[0, 3, 1]], 15, params=params, generator=torch.Generator().manual_seed(8))
     assert same(results["a"], alone_a) and same(results["b"], alone_b)
 
 

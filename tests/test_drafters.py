@@ -162,10 +162,10 @@ def test_model_policy_follows_the_acceptance_estimate():
 def test_adaptive_greedy_equals_autoregressive_on_toys(kind):
     target, draft = make_toy_pair(6, 1, match=0.7, seed=11)
     prompts = torch.randint(6, (8, 4), generator=torch.Generator().manual_seed(3))
-    plain = generate(target, prompts, 30, GREEDY)
+    plain = generate(target, prompts, 30, params=GREEDY)
     for inner in (DraftModelDrafter(draft), NGramDrafter()):
         adaptive = AdaptiveGamma(inner, GammaPolicy(kind=kind, c=0.1))
-        spec = speculative_generate(target, adaptive, prompts, 30, GREEDY, gamma=6)
+        spec = speculative_generate(target, adaptive, prompts, 30, params=GREEDY, gamma=6)
         assert torch.equal(spec.tokens, plain.tokens)
         if kind == "heuristic":
             assert len(set(adaptive.history)) > 1  # it really did vary gamma
@@ -192,12 +192,12 @@ def test_simulated_greedy_run_matches_the_real_loop():
 
     target, _ = make_toy_pair(6, 2, match=0.7, seed=4)
     prompt = [1, 2, 3, 1, 2, 3, 1, 2]
-    ref = generate(target, torch.tensor([prompt]), 48, GREEDY).new_tokens[0].tolist()
+    ref = generate(target, torch.tensor([prompt]), 48, params=GREEDY).new_tokens[0].tolist()
     for drafter in (NGramDrafter(), AdaptiveGamma(NGramDrafter(), GammaPolicy(min_gamma=0), shadow=True)):
         sim = simulate_greedy(drafter, prompt, ref, 4, verify_cost=[1.0, 1.0], max_new_tokens=40)
         if isinstance(drafter, AdaptiveGamma):
             drafter.reset()
-        real = speculative_generate(target, drafter, torch.tensor([prompt]), 40, GREEDY, gamma=4).stats
+        real = speculative_generate(target, drafter, torch.tensor([prompt]), 40, params=GREEDY, gamma=4).stats
         assert (sim["steps"], sim["accepted"]) == (real.target_passes, real.accepted)
 
 
@@ -207,8 +207,8 @@ def test_adaptive_gamma_sequence_law_equals_target():
     prompt = torch.tensor([1, 2, 1, 2, 3])
     params = SamplingParams(temperature=0.8)
     drafter = AdaptiveGamma(DraftModelDrafter(draft), GammaPolicy(c=0.1, prior=1.0))
-    out = speculative_generate(target, drafter, prompt.expand(12_000, -1), 3, params, 4,
-                               torch.Generator().manual_seed(7))
+    out = speculative_generate(target, drafter, prompt.expand(12_000, -1), 3, params=params, gamma=4,
+                               generator=torch.Generator().manual_seed(7))
     check_fit("adaptive gamma, toy draft model", target.sequence_law(prompt.tolist(), 3, params),
               [tuple(r) for r in out.new_tokens.tolist()])
 
@@ -257,10 +257,10 @@ def test_reduced_vocabulary_draft_is_lossless_and_its_twin_is_caught():
     keep = [0, 2, 3]  # tokens 1 and 4 can never be drafted: q = 0 there, the residual supplies them
     g = torch.Generator().manual_seed(1)
     out = speculative_generate(target, DraftModelDrafter(MaskedDraft(draft, keep)), prompt.expand(12_000, -1), 3,
-                               params, 3, g)
+                               params=params, gamma=3, generator=g)
     check_fit("reduced-vocabulary toy draft", law, [tuple(r) for r in out.new_tokens.tolist()])
     twin = ReportFullDrafter(MaskedDraft(make_toy_pair(5, 1, match=0.6, seed=2, zero_fraction=0.0)[1], keep))
-    bad = speculative_generate(target, twin, prompt.expand(12_000, -1), 3, params, 3, g)
+    bad = speculative_generate(target, twin, prompt.expand(12_000, -1), 3, params=params, gamma=3, generator=g)
     check_rejects("reduced vocabulary, uncut q reported", law, [tuple(r) for r in bad.new_tokens.tolist()])
 
 
@@ -290,9 +290,9 @@ def test_layer_skip_greedy_equals_autoregressive_and_restores_the_cache(share):
     model = tiny_model()
     target = LlamaTarget(model, max_length=96)
     prompts = torch.randint(97, (3, 6), generator=torch.Generator().manual_seed(4))
-    plain = generate(target, prompts, 40, GREEDY)
+    plain = generate(target, prompts, 40, params=GREEDY)
     drafter = LayerSkipDrafter(target, exit_layer=2, share_cache=share)
-    spec = speculative_generate(target, drafter, prompts, 40, GREEDY, gamma=3)
+    spec = speculative_generate(target, drafter, prompts, 40, params=GREEDY, gamma=3)
     assert torch.equal(spec.tokens, plain.tokens)
     assert drafter.passes == spec.stats.draft_passes > 0
     # propose() leaves the shared cache exactly as it found it: lengths, and every layer >= exit_layer
@@ -343,7 +343,7 @@ def test_teacher_replies_are_the_teachers_greedy_replies_with_its_probabilities(
     target = LlamaTarget(teacher, max_length=64)
     for ex in data[:4]:
         P = ex["prompt_length"]
-        plain = generate(target, ex["tokens"][:P].long(), len(ex["tokens"]) - P, GREEDY)
+        plain = generate(target, ex["tokens"][:P].long(), len(ex["tokens"]) - P, params=GREEDY)
         assert plain.tokens[0].tolist() == ex["tokens"].tolist()
         with torch.no_grad():
             probs = teacher(ex["tokens"][None].long())[0, :-1].softmax(-1)  # (T-1, V)
@@ -392,7 +392,7 @@ def real():
     model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     target = LlamaTarget(model, max_length=160)
     prompts = [chat_ids(tokenizer, text) for text in GREEDY_PROMPTS]
-    plain = [generate(target, torch.tensor([p]), N_NEW, GREEDY).new_tokens[0].tolist() for p in prompts]
+    plain = [generate(target, torch.tensor([p]), N_NEW, params=GREEDY).new_tokens[0].tolist() for p in prompts]
     return model, tokenizer, target, prompts, plain
 
 
@@ -452,7 +452,7 @@ def test_greedy_speculative_equals_greedy_autoregressive_on_smollm2(real, name):
     accepted = 0
     for p, ref in zip(prompts, plain):
         gamma = 2 if name.startswith(("layerskip", "hf")) else 4  # costly drafters: shorter drafts, faster test
-        out = speculative_generate(target, drafter, torch.tensor([p]), N_NEW, GREEDY, gamma=gamma)
+        out = speculative_generate(target, drafter, torch.tensor([p]), N_NEW, params=GREEDY, gamma=gamma)
         got = out.new_tokens[0].tolist()
         accepted += out.stats.accepted
         if got != ref:
@@ -479,7 +479,7 @@ def test_prompt_lookup_equals_transformers_prompt_lookup(real):
                                  do_sample=False, max_new_tokens=N_NEW, prompt_lookup_num_tokens=4,
                                  max_matching_ngram_size=3, pad_token_id=tokenizer.eos_token_id)[0, len(p):].tolist()
         for drafter in (NGramDrafter(max_ngram=3), NGramDrafter(max_ngram=3, prefer="earliest", overlap=False)):
-            ours = speculative_generate(target, drafter, torch.tensor([p]), N_NEW, GREEDY, gamma=4).new_tokens[0].tolist()
+            ours = speculative_generate(target, drafter, torch.tensor([p]), N_NEW, params=GREEDY, gamma=4).new_tokens[0].tolist()
             assert ours[:len(theirs)] == theirs  # transformers stops at the end token, we do not
             assert ours == ref
 
@@ -510,7 +510,7 @@ def test_sampled_law_equals_target_on_smollm2(real, name):
         untrained = build_draft_model(model, DraftConfig(n_layers=2, init_layers=(0, 1), draft_vocab=vocab.numel()),
                                       vocab)
         drafter = GreedyDraftSoftmaxReported(LlamaTarget(untrained, max_length=16))
-    out = speculative_generate(target, drafter, torch.tensor([prompt]).expand(N_SAMPLES, -1), 2, SAMPLING, gamma=2,
+    out = speculative_generate(target, drafter, torch.tensor([prompt]).expand(N_SAMPLES, -1), 2, params=SAMPLING, gamma=2,
                                generator=torch.Generator().manual_seed(11))
     assert out.stats.proposed > 0
     law, outcome = joint_law(model, prompt, SAMPLING)

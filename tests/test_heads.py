@@ -106,7 +106,7 @@ def test_observed_features_are_the_targets_hidden_states_of_the_emitted_sequence
     model = tiny_model()
     target, drafter = LlamaTarget(model, max_length=128), drafters(model)[kind]
     for p in prompts(3):
-        out = speculative_generate(target, drafter, torch.tensor(p), 25, GREEDY, gamma=3)
+        out = speculative_generate(target, drafter, torch.tensor(p), 25, params=GREEDY, gamma=3)
         seq = out.tokens[0]
         assert out.stats.target_passes < 25  # it did speculate
         # the cache holds every emitted token but the pending one
@@ -219,8 +219,8 @@ def test_greedy_speculative_equals_greedy_autoregressive_tiny(kind):
     if kind != "eagle-tree":  # Draft.parents is shared by the batch; dynamic trees are per row
         runs.append(torch.tensor(batch))
     for prompt in runs:
-        ref = generate(target, prompt, 30, GREEDY).new_tokens
-        out = speculative_generate(target, drafter, prompt, 30, GREEDY, gamma=3)
+        ref = generate(target, prompt, 30, params=GREEDY).new_tokens
+        out = speculative_generate(target, drafter, prompt, 30, params=GREEDY, gamma=3)
         assert torch.equal(out.new_tokens, ref), kind
 
 
@@ -241,7 +241,7 @@ def sample_two_tokens(model, drafter, prompt, params, n: int, seed: int) -> list
     target, g = LlamaTarget(model, max_length=32), torch.Generator().manual_seed(seed)
     out = []
     for _ in range(n // 200):
-        res = speculative_generate(target, drafter, torch.tensor([prompt] * 200), 2, params, gamma=3, generator=g)
+        res = speculative_generate(target, drafter, torch.tensor([prompt] * 200), 2, params=params, gamma=3, generator=g)
         out.extend(tuple(r) for r in res.new_tokens.tolist())
     return out
 
@@ -267,7 +267,7 @@ def test_first_two_sampled_tokens_follow_the_targets_exact_law(kind):
     if kind == "eagle-tree":  # batch 1 only: fewer, single-row samples
         target, g, observed = LlamaTarget(model, 32), torch.Generator().manual_seed(21), []
         for _ in range(600):
-            res = speculative_generate(target, drafter, torch.tensor(prompt), 2, params, generator=g)
+            res = speculative_generate(target, drafter, torch.tensor(prompt), 2, params=params, generator=g)
             observed.append(tuple(res.new_tokens[0].tolist()))
     else:
         observed = sample_two_tokens(model, drafter, prompt, params, 2000, seed=20)
@@ -451,11 +451,11 @@ def test_smollm2_greedy_tree_decoding_with_medusa_and_eagle_equals_autoregressiv
     taus = {label: [] for label in kinds}
     for text in SMOL_PROMPTS:
         prompt = torch.tensor(chat_ids(tokenizer, text))
-        ref = generate(target, prompt, n_new, GREEDY).new_tokens
+        ref = generate(target, prompt, n_new, params=GREEDY).new_tokens
         margins = _margins(model, torch.cat([prompt, ref[0]]), len(prompt))
         assert margins.min() >= MIN_MARGIN, f"prompt {text!r} has a near tie (margin {margins.min():.2e}); pick another"
         for label, drafter in kinds.items():
-            out = speculative_generate(target, drafter, prompt, n_new, GREEDY, gamma=5)
+            out = speculative_generate(target, drafter, prompt, n_new, params=GREEDY, gamma=5)
             _check_equal(model, prompt, ref, out.new_tokens, label)
             taus[label].append(out.stats.tau)
     # The shipped heads really draft: an untrained head gives tau ~ 1.0 (the shipped ones give

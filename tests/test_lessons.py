@@ -29,7 +29,7 @@ def test_trace_reproduces_speculative_generate(params, drafter, gamma):
     for seed in range(2):
         trace = trace_speculative(target, make(), [1, 2, 1, 2], 30, params, gamma=gamma,
                                   generator=torch.Generator().manual_seed(seed))
-        ref = speculative_generate(target, make(), torch.tensor([1, 2, 1, 2]), 30, params, gamma=gamma,
+        ref = speculative_generate(target, make(), torch.tensor([1, 2, 1, 2]), 30, params=params, gamma=gamma,
                                    generator=torch.Generator().manual_seed(seed))
         # same tokens, same counters: the trace is recorded on the loop itself, not re-run beside it
         assert trace.tokens == ref.new_tokens[0].tolist()
@@ -146,9 +146,9 @@ def test_mismatched_draft_probs_biases_a_real_loop():
     params = SamplingParams(temperature=0.6)
     law = target.sequence_law([0], 2, params)
     prompt = torch.zeros(3000, 1, dtype=torch.long)
-    good = speculative_generate(target, DraftModelDrafter(draft), prompt, 2, params, gamma=3,
+    good = speculative_generate(target, DraftModelDrafter(draft), prompt, 2, params=params, gamma=3,
                                 generator=torch.Generator().manual_seed(5))
-    bad = speculative_generate(target, buggy.MismatchedDraftProbs(draft), prompt, 2, params, gamma=3,
+    bad = speculative_generate(target, buggy.MismatchedDraftProbs(draft), prompt, 2, params=params, gamma=3,
                                generator=torch.Generator().manual_seed(5))
     check_fit("lessons: correct drafter at T=0.6", law, [tuple(r) for r in good.new_tokens.tolist()])
     check_rejects("MismatchedDraftProbs at T=0.6", law, [tuple(r) for r in bad.new_tokens.tolist()])

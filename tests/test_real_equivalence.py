@@ -88,7 +88,7 @@ def check_same(model, prompt, reference, other, what) -> str | None:
 def test_divergence_check_can_fail(real):
     model, tokenizer, _ = real
     prompt = chat_ids(tokenizer, GREEDY_PROMPTS[1])
-    ref = generate(LlamaTarget(model, 128), torch.tensor([prompt]), 6, GREEDY).new_tokens[0].tolist()
+    ref = generate(LlamaTarget(model, 128), torch.tensor([prompt]), 6, params=GREEDY).new_tokens[0].tolist()
     assert check_same(model, prompt, ref, list(ref), "itself") is None
     wrong = ref[:3] + [(ref[3] + 1) % model.config.vocab_size] + ref[4:]  # a flip where no tie exists
     with pytest.raises(AssertionError, match="NOT a tie"):

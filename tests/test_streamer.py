@@ -35,7 +35,7 @@ class FixedTree:
 
 def stream(target, drafter, prompt, n, params=GREEDY, gamma=3, **kw):
     s = TokenStreamer(None, mode="plain", out=io.StringIO(), **kw)
-    out = speculative_generate(target, drafter, prompt, n, params, gamma, torch.Generator().manual_seed(0), on_step=s)
+    out = speculative_generate(target, drafter, prompt, n, params=params, gamma=gamma, generator=torch.Generator().manual_seed(0), on_step=s)
     s.end()
     return s, out
 
@@ -92,7 +92,7 @@ def test_ansi_plain_html_and_the_transformers_protocol():
     target, draft = make_toy_pair(6, 1, match=0.9, seed=1)
     buf = io.StringIO()
     s = TokenStreamer(None, mode="ansi", out=buf)
-    speculative_generate(target, DraftModelDrafter(draft), [1], 12, GREEDY, 3, on_step=s)
+    speculative_generate(target, DraftModelDrafter(draft), [1], 12, params=GREEDY, gamma=3, on_step=s)
     assert "\033[30;42m" in buf.getvalue()  # accepted drafts in green
     page = s.html()
     assert page.count("data-kind=") == len(s.segments) and "draft accepted" in page

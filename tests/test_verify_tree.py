@@ -481,8 +481,8 @@ def run_tree_decode(mode, choices, params, order, seed=5, match=0.5, own_draft=F
         draft = make_toy_pair(4, order, match=match, seed=seed)[0]
     prompt = torch.tensor([1, 2, 1, 2, 3])
     drafter = ToyTreeDrafter(draft, choices, mode, report)
-    result = speculative_generate(target, drafter, prompt.expand(N_SEQ, -1), L, params, 0,
-                                  torch.Generator().manual_seed(2024))
+    result = speculative_generate(target, drafter, prompt.expand(N_SEQ, -1), L, params=params, gamma=0,
+                                  generator=torch.Generator().manual_seed(2024))
     return target.sequence_law(prompt.tolist(), L, params), sequences(result), result
 
 
@@ -521,8 +521,8 @@ def test_typical_acceptance_in_the_loop_is_caught(monkeypatch):
 def test_greedy_tree_speculative_equals_greedy_autoregressive(order, match, choices, mode):
     target, draft = make_toy_pair(6, order, match=match, seed=order * 10 + len(choices))
     prompts = torch.randint(6, (16, 4), generator=torch.Generator().manual_seed(len(choices)))
-    plain = generate(target, prompts, 25, GREEDY)
-    spec = speculative_generate(target, ToyTreeDrafter(draft, choices, mode), prompts, 25, GREEDY)
+    plain = generate(target, prompts, 25, params=GREEDY)
+    spec = speculative_generate(target, ToyTreeDrafter(draft, choices, mode), prompts, 25, params=GREEDY)
     assert torch.equal(spec.tokens, plain.tokens)
     assert spec.stats.target_passes <= plain.stats.target_passes
 
@@ -531,8 +531,8 @@ def test_tree_stats_and_cache_hold_the_accepted_path_only():
     target, draft = make_toy_pair(5, 2, match=0.8, seed=0)
     tree = from_paths(MEDUSA_LIKE)
     prompt = torch.tensor([[0, 1, 3]])
-    r = speculative_generate(target, ToyTreeDrafter(draft, MEDUSA_LIKE), prompt, 40, SamplingParams(), 0,
-                             torch.Generator().manual_seed(0))
+    r = speculative_generate(target, ToyTreeDrafter(draft, MEDUSA_LIKE), prompt, 40, params=SamplingParams(), gamma=0,
+                             generator=torch.Generator().manual_seed(0))
     s, N, D = r.stats, tree.num_nodes, max_path_length(tree.parents)
     assert s.proposed == N * s.target_passes and s.emitted == s.accepted + s.target_passes
     assert max(s.accepted_per_step) <= D and len(s.position_proposed) == D
@@ -580,7 +580,7 @@ def test_greedy_tree_on_a_tiny_llama_compacts_the_kv_cache():
 
     target = LlamaTarget(model, max_length=128)
     prompts = torch.randint(11, (2, 6), generator=g)
-    plain = generate(target, prompts, 14, GREEDY)
-    spec = speculative_generate(target, LlamaTopK(), prompts, 14, GREEDY)
+    plain = generate(target, prompts, 14, params=GREEDY)
+    spec = speculative_generate(target, LlamaTopK(), prompts, 14, params=GREEDY)
     assert torch.equal(spec.tokens, plain.tokens)
     assert spec.stats.accepted > 0 and spec.stats.target_passes < 14

@@ -224,9 +224,9 @@ class Run:
         self.prefill = PrefillClock(target).__enter__()
         g = torch.Generator().manual_seed(args.seed)
         if drafter is None:
-            self.steps = generate_steps(target, prompts, args.max_new_tokens, params, g, eos_token_id=eos)
+            self.steps = generate_steps(target, prompts, args.max_new_tokens, params=params, generator=g, eos_token_id=eos)
         else:
-            self.steps = speculative_steps(target, drafter, prompts, args.max_new_tokens, params, args.gamma, g,
+            self.steps = speculative_steps(target, drafter, prompts, args.max_new_tokens, params=params, gamma=args.gamma, generator=g,
                                            eos_token_id=eos)
         self.result = None
 

@@ -66,10 +66,10 @@ def run_traces(target, drafters: dict, tokenizer, args, params, progress: bool =
             hook = WindowAcceptance(args.trace_window, args.trace_tokens)
             start = now()
             if name == "none":
-                out = generate(target, batch, args.trace_tokens, params, g)
+                out = generate(target, batch, args.trace_tokens, params=params, generator=g)
             else:
-                out = speculative_generate(target, drafters[name], batch, args.trace_tokens, params, args.gamma,
-                                           g, on_step=hook)
+                out = speculative_generate(target, drafters[name], batch, args.trace_tokens, params=params, gamma=args.gamma,
+                                           generator=g, on_step=hook)
             seconds = now() - start
             total = int(out.lengths.sum())
             runs.append({"drafter": name, "batch_size": B, "new_tokens": total, "seconds": seconds,

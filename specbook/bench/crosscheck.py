@@ -119,9 +119,9 @@ def greedy_four_ways(model: LlamaModel, hf_model, tokenizer, prompt: list[int], 
     device = model.embed.weight.device
     target = target or LlamaTarget(model, max_length=len(prompt) + new_tokens + gamma + 2)
     ids = torch.tensor([prompt], device=device)
-    out = {"specbook": generate(target, ids, new_tokens, GREEDY).new_tokens[0].tolist(),
-           "specbook n-gram": speculative_generate(target, NGramDrafter(), ids, new_tokens, GREEDY,
-                                                   gamma).new_tokens[0].tolist()}
+    out = {"specbook": generate(target, ids, new_tokens, params=GREEDY).new_tokens[0].tolist(),
+           "specbook n-gram": speculative_generate(target, NGramDrafter(), ids, new_tokens, params=GREEDY,
+                                                   gamma=gamma).new_tokens[0].tolist()}
     common = dict(attention_mask=torch.ones_like(ids), max_new_tokens=new_tokens, do_sample=False, temperature=None,
                   top_p=None, top_k=None, eos_token_id=None, pad_token_id=tokenizer.eos_token_id)
     with torch.no_grad():
@@ -261,9 +261,9 @@ def sample_first_two(model: LlamaModel, prompt: list[int], params: SamplingParam
     pairs: list[tuple[int, int]] = []
     for _ in range(rows // chunk):
         if drafter is None:
-            out = generate(target, batch, 2, params, generator)
+            out = generate(target, batch, 2, params=params, generator=generator)
         else:
-            out = speculative_generate(target, drafter, batch, 2, params, gamma, generator)
+            out = speculative_generate(target, drafter, batch, 2, params=params, gamma=gamma, generator=generator)
         pairs += [tuple(r) for r in out.new_tokens.tolist()]
     return pairs
 

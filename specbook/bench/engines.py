@@ -51,9 +51,9 @@ class SpecbookEngine:
         synchronize(self.device)
         t0 = time.perf_counter()
         if drafter is None:
-            out = generate(self.target, prompt, max_new_tokens, params, generator, eos_token_id=eos_token_id)
+            out = generate(self.target, prompt, max_new_tokens, params=params, generator=generator, eos_token_id=eos_token_id)
         else:
-            out = speculative_generate(self.target, drafter, prompt, max_new_tokens, params, gamma, generator,
+            out = speculative_generate(self.target, drafter, prompt, max_new_tokens, params=params, gamma=gamma, generator=generator,
                                        eos_token_id=eos_token_id)
         new = out.new_tokens[0].tolist()  # .tolist() waits for the device
         seconds = time.perf_counter() - t0

@@ -63,7 +63,7 @@ def tau_table(target, drafters: dict, by_cat: dict, new_tokens: int, temperature
                 gen = torch.Generator().manual_seed(seed)
                 emitted = passes = 0
                 for prompt in prompts:
-                    out = speculative_generate(target, drafter, prompt, new_tokens, params, gamma=gamma, generator=gen)
+                    out = speculative_generate(target, drafter, prompt, new_tokens, params=params, gamma=gamma, generator=gen)
                     emitted += out.stats.emitted
                     passes += out.stats.target_passes
                 rows[(name, temp, cat)] = emitted / passes
@@ -77,7 +77,7 @@ def speed_table(target, model, by_cat: dict, new_tokens: int, node_sizes, gamma:
     out = {}
     for cat, prompts in by_cat.items():
         t0 = time.perf_counter()
-        refs = [generate(target, p, new_tokens, greedy).new_tokens for p in prompts]
+        refs = [generate(target, p, new_tokens, params=greedy).new_tokens for p in prompts]
         plain = time.perf_counter() - t0
         out[(cat, "plain")] = plain
         candidates = {f"eagle-tree-{n}": EagleDrafter.shipped(model, tree=DynamicTree(6, 4, n)) for n in node_sizes}
@@ -86,7 +86,7 @@ def speed_table(target, model, by_cat: dict, new_tokens: int, node_sizes, gamma:
         for name, drafter in candidates.items():
             t0 = time.perf_counter()
             for p, ref in zip(prompts, refs):
-                res = speculative_generate(target, drafter, p, new_tokens, greedy, gamma=gamma)
+                res = speculative_generate(target, drafter, p, new_tokens, params=greedy, gamma=gamma)
                 if not torch.equal(res.new_tokens, ref):
                     print(f"  note: {name} differs from plain greedy on a {cat} prompt (near tie?)")
             out[(cat, name)] = time.perf_counter() - t0

@@ -93,12 +93,12 @@ def measure_prompt(target, drafter, prompt_ids: list[int], max_new_tokens: int, 
     """Plain then speculative decoding of one prompt, timed piece by piece."""
     prompt = torch.tensor([prompt_ids])
     t0 = time.perf_counter()
-    plain = generate(target, prompt, max_new_tokens, params, generator)
+    plain = generate(target, prompt, max_new_tokens, params=params, generator=generator)
     t_plain = time.perf_counter() - t0
     timed_target, timed_drafter = TimedTarget(target), TimedDrafter(drafter)
     passes_before = timed_drafter.passes
     t0 = time.perf_counter()
-    spec = speculative_generate(timed_target, timed_drafter, prompt, max_new_tokens, params, gamma, generator)
+    spec = speculative_generate(timed_target, timed_drafter, prompt, max_new_tokens, params=params, gamma=gamma, generator=generator)
     t_spec = time.perf_counter() - t0
     s = spec.stats
     steps = [w - 1 for w, _ in timed_target.log[1:]] if prompt.shape[1] > 1 else [w - 1 for w, _ in timed_target.log]

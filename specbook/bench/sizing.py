@@ -73,7 +73,7 @@ def pilot(target, drafter, prompts: Sequence[list[int]], gamma: int, eos_token_i
     for ids in prompts:
         if hasattr(drafter, "reset"):
             drafter.reset()
-        stats = speculative_generate(target, timed, [list(ids)], new_tokens, GREEDY, gamma,
+        stats = speculative_generate(target, timed, [list(ids)], new_tokens, params=GREEDY, gamma=gamma,
                                      eos_token_id=eos_token_id).stats
         accepted, verified = accepted + stats.accepted, verified + stats.verified
         emitted, passes = emitted + stats.emitted, passes + len(stats.accepted_per_step)

@@ -73,8 +73,8 @@ def _decode(generator: torch.Generator) -> str:
     prompt = torch.tensor([1, 2, 3])
     params = SamplingParams(temperature=1.0)
     n_new = 400
-    spec = speculative_generate(target, DraftModelDrafter(draft), prompt, n_new, params, gamma=4, generator=generator)
-    plain = generate(target, prompt, n_new, params, generator)
+    spec = speculative_generate(target, DraftModelDrafter(draft), prompt, n_new, params=params, gamma=4, generator=generator)
+    plain = generate(target, prompt, n_new, params=params, generator=generator)
     s = spec.stats
     return (f"toy target: order-2 Markov chain over 8 tokens; draft: 80% target + 20% unrelated chain\n"
             f"first speculative tokens: {spec.new_tokens[0, :32].tolist()} ...\n"

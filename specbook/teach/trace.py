@@ -118,6 +118,6 @@ def trace_speculative(target: Target, drafter: Drafter, prompt, max_new_tokens: 
     if prompt_t.ndim != 1 or prompt_t.numel() == 0:
         raise ValueError(f"prompt must be a non-empty 1-D token sequence, got shape {tuple(prompt_t.shape)}")
     steps: list[StepTrace] = []
-    result = speculative_generate(target, drafter, prompt_t, max_new_tokens, params, gamma, generator,
+    result = speculative_generate(target, drafter, prompt_t, max_new_tokens, params=params, gamma=gamma, generator=generator,
                                   on_step=lambda step: steps.append(step_trace(step, params)))
     return Trace(prompt_t.tolist(), steps, result.new_tokens[0].tolist(), token_names, result.stats)
