@@ -13,20 +13,30 @@ import importlib
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {
-    # layer 0, the core
-    "sampling", "protocols", "verify", "verify_tree", "tree", "decode", "laws", "tree_laws", "naive", "theory",
-    "roofline", "stats", "toy",
-    # layers 1 to 3 (packages)
-    "models", "drafters", "grading", "train", "teach", "bench",
-}
+
+def _lazy_submodules(namespace: dict):
+    """``__getattr__`` and ``__dir__`` for a package whose submodules are imported on first use.
+
+    Every module and subpackage on the package's ``__path__`` resolves (``sb.rows``,
+    ``sb.models.smollm2``), those added after this was written included: nothing lists them by
+    hand. A package calls it with its own ``globals()``.
+    """
+    package, path = namespace["__name__"], namespace["__path__"]
+
+    def submodules() -> set[str]:
+        import pkgutil  # here, not at the top: `import specbook` loads no more than it needs
+
+        return {info.name for info in pkgutil.iter_modules(path)}
+
+    def __getattr__(name: str):
+        if name in submodules():
+            return importlib.import_module(f"{package}.{name}")
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | submodules())
+
+    return __getattr__, __dir__
 
 
-def __getattr__(name: str):
-    if name in _SUBMODULES:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'specbook' has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | _SUBMODULES)
+__getattr__, __dir__ = _lazy_submodules(globals())

@@ -13,3 +13,6 @@ Layer 3 (it may import the core, models/, drafters/ and train/; nothing below im
 * :mod:`~specbook.bench.exit_layers`: layer-skip drafting, alpha(L) and c(L) per exit layer.
 * :mod:`~specbook.bench.crosscheck`, :mod:`~specbook.bench.gpu_check`: equivalence checks on a GPU.
 """
+from .. import _lazy_submodules
+
+__getattr__, __dir__ = _lazy_submodules(globals())  # every submodule resolves on first use

@@ -1,4 +1,5 @@
 """Drafters: everything that proposes tokens for the target to verify (one idea per file)."""
+from .. import _lazy_submodules
 from .adaptive import AdaptiveGamma, GammaPolicy
 from .draft_model import DraftModelDrafter
 from .layer_skip import EarlyExitModel, LayerSkipDrafter, exit_layer_agreement
@@ -9,3 +10,5 @@ __all__ = [
     "AdaptiveGamma", "GammaPolicy", "DraftModelDrafter", "EarlyExitModel", "LayerSkipDrafter",
     "exit_layer_agreement", "NGramDrafter", "DraftConfig", "ReducedHead", "distilled_drafter", "load_draft",
 ]
+
+__getattr__, __dir__ = _lazy_submodules(globals())  # every submodule resolves on first use

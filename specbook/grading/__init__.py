@@ -13,6 +13,7 @@ family-wise over all statistical tests of one report, Holm) for every seed; ever
 bug in :mod:`specbook.grading.catalogue` fails ``lossless`` with probability at least
 0.99 (see docs/grading.md for the tables, the timings and the audit of transformers).
 """
+from .. import _lazy_submodules
 from .calls import CallFailed, LimitedCaller
 from .engine import DEFAULT_ALPHA, DEFAULT_CALL_TIMEOUT, DEFAULT_TIME_BUDGET
 from .report import Check, Report, assert_passed
@@ -23,3 +24,5 @@ __all__ = [
     "check_token_rule", "check_verifier", "assert_token_rule", "assert_verifier", "Report", "Check",
     "assert_passed", "CallFailed", "LimitedCaller", "DEFAULT_ALPHA", "DEFAULT_CALL_TIMEOUT", "DEFAULT_TIME_BUDGET",
 ]
+
+__getattr__, __dir__ = _lazy_submodules(globals())  # every submodule resolves on first use

@@ -1,4 +1,5 @@
 """Real models: a readable Llama with a per-row KV cache, Target adapters, offline loaders."""
+from .. import _lazy_submodules
 from .cache import AttentionPlan, KVCache
 from .chat import chat_ids
 from .config import LlamaConfig, RopeScaling
@@ -15,10 +16,13 @@ __all__ = [
 ]
 
 
+_submodule, __dir__ = _lazy_submodules(globals())
+
+
 def __getattr__(name):
     # Imported lazily so that `python -m specbook.models.smollm2` runs the module only once.
     if name == "load_smollm2":
         from .smollm2 import load_smollm2
 
         return load_smollm2
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _submodule(name)  # every submodule resolves on first use

@@ -17,13 +17,6 @@ specbook.teach``).
 """
 from __future__ import annotations
 
-import importlib
+from .. import _lazy_submodules
 
-_SUBMODULES = {"trace", "html", "rules", "buggy", "acceptance", "plots", "diagrams", "widgets", "tour", "streamer"}
-
-
-def __getattr__(name: str):
-    """``specbook.teach.plots`` and the others are imported on first use."""
-    if name not in _SUBMODULES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return importlib.import_module(f"{__name__}.{name}")
+__getattr__, __dir__ = _lazy_submodules(globals())  # every submodule resolves on first use

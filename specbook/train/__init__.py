@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import sys
 
+from .. import _lazy_submodules
+
 
 def recorded_command(module: str, argv: list[str] | None) -> str:
     """The command line to write into a weights file's metadata, without ``--out``.
@@ -20,3 +22,6 @@ def recorded_command(module: str, argv: list[str] | None) -> str:
         elif not a.startswith("--out="):
             kept.append(a)
     return " ".join([f"python -m {module}", *kept])
+
+
+__getattr__, __dir__ = _lazy_submodules(globals())  # every submodule resolves on first use

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ... import _lazy_submodules
 from ...naive import accept_if_target_prefers, accept_p_then_p, resample_from_p
 from ...verify import verify_token
 from .token_rules import (bug_accept_p_residual, bug_always_accept, bug_epsilon_normaliser, bug_exclude_draft,
@@ -150,3 +151,5 @@ LOSSLESS_VERIFIERS = (
     Entry("no bonus token", "returns only the K drafts when all are accepted", verifier_no_bonus,
           ('number of accepted',)),
 )
+
+__getattr__, __dir__ = _lazy_submodules(globals())  # every submodule resolves on first use
