@@ -80,12 +80,6 @@ def next_logits(model: LlamaModel, ids: list[int]) -> torch.Tensor:
     return model(torch.tensor([ids], device=device), logits_to_keep=1)[0, -1].float()
 
 
-def top2_gap(model: LlamaModel, ids: list[int]) -> tuple[float, tuple[int, int]]:
-    """(top-1 minus top-2 logit, (top-1, top-2 token)) after ``ids``, from one uncached forward."""
-    values, tokens = next_logits(model, ids).topk(2)
-    return float(values[0] - values[1]), tuple(tokens.tolist())
-
-
 def explain_divergence(model: LlamaModel, prompt: list[int], reference: list[int], other: list[int],
                        tie_gap: float | None = None) -> Divergence | None:
     """None if ``other`` equals ``reference`` on their common length, else the first divergence.

@@ -144,10 +144,6 @@ class Report:
     def failures(self) -> tuple[Check, ...]:
         return tuple(c for c in self.checks if c.failed)
 
-    @property
-    def law_checks(self) -> tuple[Check, ...]:
-        return tuple(c for c in self.checks if c.kind == "law")
-
     def summary(self) -> str:
         verdict = "PASSED" if self.passed else f"FAILED ({len(self.failures)} of {len(self.checks)} checks)"
         yes = {True: "yes", False: "NO"}

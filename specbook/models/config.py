@@ -69,11 +69,6 @@ class LlamaConfig:
             raise ValueError(f"head_dim must be even for rotary embeddings, got {self.head_dim}")
 
     @classmethod
-    def smollm2_135m(cls) -> "LlamaConfig":
-        """SmolLM2-135M(-Instruct): 30 layers, width 576, 9 query / 3 key-value heads."""
-        return cls()
-
-    @classmethod
     def from_hf(cls, hf: dict) -> "LlamaConfig":
         """Build from a Hugging Face ``config.json`` dict of a Llama model (v4 or v5 layout)."""
         rope = dict(hf.get("rope_parameters") or {})
