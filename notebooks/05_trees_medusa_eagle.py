@@ -68,9 +68,11 @@ from specbook.sampling import GREEDY, SamplingParams
 from specbook.bench.timing import verify_cost_curve
 from specbook.teach import diagrams, plots
 from specbook.teach.plots import draw_tree
-from specbook.tree import from_paths, leaf_paths, tree_mask
+from specbook.tree import tree_mask
+from specbook.tree_paths import from_paths, leaf_paths
 from specbook.verify import verify_greedy
-from specbook.verify_tree import typical_acceptance, verify_tree, verify_tree_greedy
+from specbook.typical import typical_acceptance
+from specbook.verify_tree import verify_tree, verify_tree_greedy
 
 torch.set_num_threads(1)
 _started = time.perf_counter()

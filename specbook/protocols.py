@@ -38,11 +38,12 @@ All are ``typing.Protocol`` classes: anything with the right methods qualifies. 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
 
-from .sampling import SamplingParams
+if TYPE_CHECKING:
+    from .sampling import SamplingParams
 
 
 @dataclass

@@ -35,6 +35,10 @@ class Rows:
     def contexts(self, device) -> list[torch.Tensor]:
         return [torch.tensor(self.prompts[b] + self.emitted[b], dtype=torch.long, device=device) for b in self.live]
 
+    def fewest_emitted(self) -> int:
+        """New tokens of the live row that has emitted fewest (the budget once no row is live)."""
+        return min((len(self.emitted[b]) for b in self.live), default=self.max_new_tokens)
+
     def room(self) -> int:
         """The most new tokens any live row may still emit."""
         return max(self.max_new_tokens - len(self.emitted[b]) for b in self.live)
@@ -42,8 +46,8 @@ class Rows:
     def extend(self, tokens: list[list[int]], counts: list[int]) -> tuple[list[int], list[int]]:
         """Append each live slot's ``tokens[s][:counts[s]]``, cut at the budget and after an end token.
 
-        Returns (kept count per slot, slots whose row has now ended)."""
-        kept, ended = [], []
+        Returns (number kept per slot, slots whose row has now ended)."""
+        num_kept, ended = [], []
         for s, (b, row, n) in enumerate(zip(self.live, tokens, counts)):
             new = row[: min(n, self.max_new_tokens - len(self.emitted[b]))]
             for i, t in enumerate(new):
@@ -51,10 +55,10 @@ class Rows:
                     new = new[: i + 1]
                     break
             self.emitted[b].extend(new)
-            kept.append(len(new))
+            num_kept.append(len(new))
             if len(self.emitted[b]) >= self.max_new_tokens or (new and new[-1] in self.eos):
                 ended.append(s)
-        return kept, ended
+        return num_kept, ended
 
     def result(self, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(tokens, new_tokens, lengths) of a finished generation, right-padded with PAD."""
@@ -111,11 +115,11 @@ def drop_rows(target: Target, drafter, rows: Rows, ended: list[int], device) -> 
             drafter.select_rows(keep)
     else:
         histories = [rows.prompts[b] + rows.emitted[b] for b in rows.live]
-        kept = prefill(target, histories, device)
+        kept_indices = prefill(target, histories, device)
         if isinstance(drafter, SupportsSelectRows):
             drafter.select_rows(keep)
         if isinstance(drafter, SupportsObserve):
-            drafter.observe(target, kept)
+            drafter.observe(target, kept_indices)
 
 
 def pending_tokens(rows: Rows, device) -> torch.Tensor:

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .validate import check_logits, describe
+
 # Smallest positive temperature accepted: 1 / MIN_TEMPERATURE and MIN_TEMPERATURE itself stay
 # normal float32 numbers, far from the subnormal range (below 1.2e-38) where the division breaks.
 MIN_TEMPERATURE = 1e-30
@@ -65,42 +67,31 @@ class SamplingParams:
 GREEDY = SamplingParams(temperature=0.0)
 
 
-def _check_float_rows(name: str, x) -> None:
-    """``x`` must be a floating-point tensor (..., V) with V >= 1."""
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not x.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-    if x.ndim < 1 or x.shape[-1] < 1:
-        raise ValueError(f"{name} must have a vocabulary dimension, got shape {tuple(x.shape)}")
-
-
 def logits_to_probs(logits: torch.Tensor, params: SamplingParams = SamplingParams()) -> torch.Tensor:
     """Apply temperature, top-k and top-p to ``logits`` (..., V); return probabilities (..., V).
 
-    Computed in float32 (float64 stays float64).  ``-inf`` logits are allowed
-    (probability 0); NaN or ``+inf`` logits, a row of only ``-inf``, and bool or
-    integer tensors are rejected with ``ValueError``.  Ties at the top-k
-    threshold are all kept, so the result never depends on sort order.
+    Computed in float32 (float64 stays float64).  ``-inf`` logits are allowed (probability 0);
+    NaN or ``+inf`` logits, a row of only ``-inf``, and bool or integer tensors are refused with
+    ``ValueError``.  Ties at the top-k threshold are all kept, so the result never depends on sort
+    order.  The decode loop checks the target's logits at its door and calls :func:`warp`.
     """
     if not isinstance(params, SamplingParams):
         raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-    _check_float_rows("logits", logits)
+    check_logits("logits", logits)
+    return warp(logits, params)
+
+
+def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """:func:`logits_to_probs` on logits already checked."""
     dtype = torch.float64 if logits.dtype == torch.float64 else torch.float32
     logits = logits.to(dtype)
-    if torch.isnan(logits).any() or (logits == math.inf).any():
-        raise ValueError("logits contain NaN or +inf")
-    if (logits == -math.inf).all(dim=-1).any():
-        raise ValueError("logits: some row has every entry -inf (no token possible)")
-
     if params.greedy:
         return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(dtype)  # (..., V)
-
     scaled = logits / params.temperature  # (..., V)
     if (torch.isinf(scaled) & torch.isfinite(logits)).any():
-        # Overflow: shift every row so its maximum is 0 (softmax is shift-invariant), then
-        # scale; finite entries can now only round to -inf, i.e. to probability 0.  Only done
-        # when needed, so ordinary logits give the same bits as logits / temperature.
+        # Overflow: shift every row so its maximum is 0 (softmax is shift-invariant), then scale;
+        # finite entries can now only round to -inf (probability 0).  Only when needed, so ordinary
+        # logits give the same bits as logits / temperature.
         scaled = (logits - logits.amax(-1, keepdim=True)) / params.temperature  # (..., V)
     logits = scaled
     if params.top_k and params.top_k < logits.shape[-1]:
@@ -108,13 +99,10 @@ def logits_to_probs(logits: torch.Tensor, params: SamplingParams = SamplingParam
         logits = logits.masked_fill(logits < kth, -math.inf)
     probs = logits.softmax(-1)  # (..., V)
     if params.top_p < 1.0:
-        # Keep the smallest set of most likely tokens whose mass reaches top_p.
-        # A token is dropped when the mass strictly above it already reaches top_p;
-        # ties are kept together so the result is order-independent.
+        # Keep the smallest set of most likely tokens whose mass reaches top_p: a token is dropped when
+        # the mass strictly above it already reaches top_p; ties are kept together (order-independent).
         sorted_probs, order = probs.sort(dim=-1, descending=True)  # (..., V)
-        mass_before = sorted_probs.cumsum(-1) - sorted_probs  # (..., V)
-        drop_sorted = mass_before >= params.top_p
-        # threshold = smallest kept probability; keep everything >= it
+        drop_sorted = sorted_probs.cumsum(-1) - sorted_probs >= params.top_p  # (..., V)
         kept_min = sorted_probs.masked_fill(drop_sorted, math.inf).amin(-1, keepdim=True)  # (..., 1)
         probs = probs.masked_fill(probs < kept_min, 0.0)
         probs = probs / probs.sum(-1, keepdim=True)
@@ -127,7 +115,8 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     Rows need not be normalised (only proportional); each must be finite, non-negative
     and have positive mass, else ``ValueError`` (before any draw).
     """
-    _check_float_rows("probs", probs)
+    if not isinstance(probs, torch.Tensor) or not probs.is_floating_point() or probs.ndim < 1:
+        raise ValueError(f"probs must be a floating-point tensor (..., V), got {describe(probs)}")
     flat = probs.reshape(-1, probs.shape[-1]).to(torch.float64 if probs.dtype == torch.float64 else torch.float32)
     if flat.numel() == 0:
         return torch.zeros(probs.shape[:-1], dtype=torch.long, device=probs.device)
@@ -135,7 +124,6 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
         bad = flat[~(torch.isfinite(flat) & (flat >= 0))][0].item()
         raise ValueError(f"probs must be finite and non-negative, got an entry {bad!r}")
     if (flat.amax(-1) == 0).any():
-        row = int((flat.amax(-1) == 0).nonzero()[0])
-        raise ValueError(f"probs: row {row} (flattened) has no mass (every entry is 0)")
+        raise ValueError(f"probs: row {int((flat.amax(-1) == 0).nonzero()[0])} (flattened) has no mass")
     tokens = torch.multinomial(flat, 1, generator=generator).squeeze(-1)  # (B*,)
     return tokens.reshape(probs.shape[:-1])

@@ -154,7 +154,7 @@ def tree_model_law(target_fn: Callable, parents, draft_fn: Callable, determinist
 
 def typical_block_law(target_probs, draft_tokens: Sequence[int], parents, epsilon: float = 0.09,
                       delta: float = 0.3, final: str = "sample") -> dict[tuple[int, ...], float]:
-    """Exact law of :func:`specbook.verify_tree.typical_acceptance` for one row (floats only).
+    """Exact law of :func:`specbook.typical.typical_acceptance` for one row (floats only).
 
     Written independently of the tensor code, from the rule in its docstring: typical iff
     p(x) > min(epsilon, delta exp(-H(p))); the deepest node whose whole path is typical wins

@@ -1,14 +1,14 @@
-"""Checks at the decode loop's doors: prompts, end tokens, budgets, and what drafters and targets return.
+"""The checks: every value a drafter, a target or a caller hands in is checked here, once.
 
 Shape legend: B batch (live rows), K draft tokens (chain length or tree nodes), V vocab, T prompt length.
 
-The loop in :mod:`specbook.decode` trusts nothing it did not compute itself.  A drafter written by
-a student, or a target wrapping some other library, can hand back a tensor of the wrong shape, a
-token outside the vocabulary, a tree whose node is its own parent, or a draft distribution that
-gives its own token probability zero.  Each of these, left alone, either crashes deep inside
-torch or (worse) silently breaks the lossless guarantee: if q(x) = 0 for a drafted x, the ratio
-p(x)/q(x) is infinite and x is always accepted.  So every ``Draft`` and every block of target
-logits is checked here, before any of it is used, and the error names who produced it.
+A drafter written by a student, or a target wrapping another library, can hand back a tensor of
+the wrong shape, a token outside the vocabulary, a tree whose node is its own parent, or a draft
+law that gives its own token probability zero.  Left alone, each either crashes deep inside torch
+or silently breaks the lossless guarantee (q(x) = 0 makes p(x)/q(x) infinite: x is always
+accepted).  The decode loop checks at its door, naming who produced the value; the functions a
+student or the checker calls directly (``verify_chain``, ``verify_tree``, ...) use the same
+helpers, with the same tolerances, on their arguments.
 """
 from __future__ import annotations
 
@@ -17,181 +17,215 @@ from collections.abc import Sequence
 import torch
 
 from .protocols import Draft
+from .tree import check_parents
 
-_INT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+INT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+# Probability rows must sum to 1 within this tolerance (absolute), by dtype; one table for every check.
+SUM_TOLERANCE = {torch.float64: 1e-6, torch.float32: 1e-4, torch.float16: 2e-2, torch.bfloat16: 2e-2}
 
 
-def _describe(x) -> str:
+def describe(x) -> str:
     if isinstance(x, torch.Tensor):
         return f"a {x.dtype} tensor of shape {tuple(x.shape)}"
     return f"{type(x).__name__} {x!r}"[:200]
 
 
-def _as_token_row(row, vocab_size: int, where: str) -> list[int]:
-    """One prompt row as a list of ints in [0, V); refuse bools, floats and empty rows."""
+def check_shape(name: str, x: torch.Tensor, shape: tuple, why: str = "") -> None:
+    if tuple(x.shape) != tuple(shape):
+        raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}{why}")
+
+
+def check_tokens(name: str, tokens, vocab_size: int, shape: tuple | None = None) -> None:
+    """An integer tensor (bool refused: True is not token 1) of ids in [0, vocab_size)."""
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in INT_DTYPES:
+        raise ValueError(f"{name} must be an integer tensor of token ids, got {describe(tokens)}")
+    if shape is not None:
+        check_shape(name, tokens, shape)
+    if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
+        raise ValueError(f"{name} has token ids outside the vocabulary [0, {vocab_size}): "
+                         f"min {int(tokens.min())}, max {int(tokens.max())}")
+
+
+def check_probs(name: str, probs, shape: tuple | None = None) -> None:
+    """Floating-point probability rows over the last dim: finite, >= 0, summing to 1 (SUM_TOLERANCE)."""
+    if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got {describe(probs)}")
+    if shape is not None:
+        check_shape(name, probs, shape)
+    if probs.ndim == 0 or probs.shape[-1] == 0:
+        raise ValueError(f"{name} has no vocabulary dimension (shape {tuple(probs.shape)})")
+    if probs.numel() == 0:
+        return  # e.g. (B, 0, V): no drafts this step
+    if not torch.isfinite(probs).all():
+        raise ValueError(f"{name} contains a non-finite value (NaN or inf)")
+    if (probs < 0).any():
+        raise ValueError(f"{name} contains a negative probability ({probs.min().item():.3g})")
+    sums = probs.double().sum(-1)
+    worst = (sums - 1).abs().flatten().argmax()
+    tol = SUM_TOLERANCE.get(probs.dtype, 1e-4)
+    if abs(sums.flatten()[worst].item() - 1) > tol:
+        where = [int(i) for i in torch.unravel_index(worst, sums.shape)]
+        raise ValueError(f"{name}{where} is summing to {sums.flatten()[worst].item():.6g}: rows must sum to 1 "
+                         f"(tolerance {tol:g} for {probs.dtype})")
+
+
+def check_logits(name: str, logits, shape: tuple | None = None, greedy: bool = False) -> None:
+    """Floating-point logits (..., V): no NaN, no row where every token is -inf, and no +inf unless
+    ``greedy`` (an argmax takes the first +inf; a softmax of +inf is NaN)."""
+    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
+        raise ValueError(f"{name} must be float logits, got {describe(logits)}")
+    if shape is not None:
+        check_shape(name, logits, shape)
+    if logits.ndim == 0 or logits.shape[-1] == 0:
+        raise ValueError(f"{name} has no vocabulary dimension (shape {tuple(logits.shape)})")
+    if torch.isnan(logits).any() or (not greedy and (logits == torch.inf).any()):
+        raise ValueError(f"{name} contain NaN" + ("" if greedy else " or +inf"))
+    dead = (logits == -torch.inf).all(-1)  # (...,)
+    if dead.any():
+        where = [int(i) for i in dead.nonzero()[0]]
+        raise ValueError(f"{name}{where} is -inf everywhere: no token is possible there")
+
+
+def check_block(target: torch.Tensor, draft_probs, draft_tokens, target_name: str = "target_probs",
+                logits: bool = False) -> None:
+    """One verification block: ``target`` (B, K+1, V) against K drafts (draft_probs (B, K, V) or None)."""
+    if logits:
+        check_logits(target_name, target, greedy=True)
+    else:
+        check_probs(target_name, target)
+    if target.ndim != 3:
+        raise ValueError(f"{target_name} must have 3 dims (B, K+1, V), got shape {tuple(target.shape)}")
+    B, K1, V = target.shape
+    why = f": {target_name} {tuple(target.shape)} holds K+1 = {K1} positions, so K = {K1 - 1} drafts"
+    for name, x, shape in (("draft_tokens", draft_tokens, (B, K1 - 1)), ("draft_probs", draft_probs, (B, K1 - 1, V))):
+        if name == "draft_tokens" or x is not None:
+            if not isinstance(x, torch.Tensor):
+                raise ValueError(f"{name} must be a tensor of shape {shape}, got {describe(x)}")
+            check_shape(name, x, shape, why)
+    check_tokens("draft_tokens", draft_tokens, V)
+    if draft_probs is not None:
+        check_probs("draft_probs", draft_probs)
+
+
+def check_tree_block(target: torch.Tensor, draft_probs, draft_tokens, parents, target_name: str = "target_probs",
+                     logits: bool = False) -> None:
+    """A tree block: ``target`` (B, N+1, V) at the root and after each of the N nodes of ``parents``."""
+    N = len(check_parents(parents))
+    if isinstance(target, torch.Tensor) and target.ndim == 3 and target.shape[1] != N + 1:
+        raise ValueError(f"{target_name} has {target.shape[1]} positions but the tree has {N} nodes: "
+                         f"it needs N+1 = {N + 1} (the root, then one per node)")
+    check_block(target, draft_probs, draft_tokens, target_name, logits)
+
+
+# ----------------------------------------------------------------------------- the decode loop's door
+
+def _token_row(row, vocab_size: int, where: str) -> list[int]:
+    """One prompt row as a list of ints in [0, V); bools, floats and empty rows are refused."""
     if isinstance(row, torch.Tensor):
-        if row.dtype == torch.bool or row.dtype not in _INT_DTYPES:
-            raise TypeError(f"{where} must hold integer token ids, got {_describe(row)}")
-        if row.ndim != 1:
-            raise ValueError(f"{where} must be 1-D, got {_describe(row)}")
+        if row.dtype not in INT_DTYPES or row.ndim != 1:
+            raise TypeError(f"{where} must be a 1-D tensor of integer token ids, got {describe(row)}")
         values = row.tolist()
     elif isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
-        raise TypeError(f"{where} must be a sequence of token ids, got {_describe(row)}")
+        raise TypeError(f"{where} must be a sequence of token ids, got {describe(row)}")
     else:
-        values = list(row)
-        for v in values:
-            if isinstance(v, bool) or not isinstance(v, int):
-                if isinstance(v, torch.Tensor) and v.ndim == 0 and v.dtype in _INT_DTYPES:
-                    continue
+        for v in row:
+            if (isinstance(v, bool) or not isinstance(v, int)) and not (
+                    isinstance(v, torch.Tensor) and v.ndim == 0 and v.dtype in INT_DTYPES):
                 raise TypeError(f"{where} must hold integer token ids, got the element {v!r}")
-        values = [int(v) for v in values]
+        values = [int(v) for v in row]
     if not values:
         raise ValueError(f"{where} is empty: every prompt needs at least one token")
-    lo, hi = min(values), max(values)
-    if lo < 0 or hi >= vocab_size:
-        raise ValueError(f"{where} has token ids outside [0, {vocab_size}): min {lo}, max {hi}")
+    if min(values) < 0 or max(values) >= vocab_size:
+        raise ValueError(f"{where} has token ids outside [0, {vocab_size}): min {min(values)}, max {max(values)}")
     return values
 
 
 def prompt_rows(prompt, vocab_size: int) -> list[list[int]]:
-    """Normalise a prompt to one list of token ids per row.
-
-    Accepted: a (T,) or (B, T) integer tensor, a list of ints (one row), or a list of rows of any
-    lengths (each a list of ints or a 1-D integer tensor).  Bool and floating tensors are refused:
-    ``True`` is not token 1.
-    """
+    """A (T,) or (B, T) integer tensor, a list of ints (one row), or a list of rows of any lengths
+    (each a list of ints or a 1-D integer tensor), as one list of token ids per row."""
     if isinstance(prompt, torch.Tensor):
         if prompt.ndim == 1:
-            return [_as_token_row(prompt, vocab_size, "prompt")]
-        if prompt.ndim == 2:
-            if prompt.shape[0] == 0:
-                raise ValueError(f"prompt has no rows: got {_describe(prompt)}")
-            if prompt.dtype == torch.bool or prompt.dtype not in _INT_DTYPES:
-                raise TypeError(f"prompt must hold integer token ids, got {_describe(prompt)}")
-            return [_as_token_row(r, vocab_size, f"prompt[{b}]") for b, r in enumerate(prompt)]
-        raise ValueError(f"prompt must be a (T,) or (B, T) tensor or a list of rows, got {_describe(prompt)}")
+            return [_token_row(prompt, vocab_size, "prompt")]
+        if prompt.ndim != 2 or prompt.shape[0] == 0:
+            raise ValueError(f"prompt must be a (T,) or (B, T) tensor or a list of rows, got {describe(prompt)}")
+        if prompt.dtype not in INT_DTYPES:
+            raise TypeError(f"prompt must hold integer token ids, got {describe(prompt)}")
+        return [_token_row(r, vocab_size, f"prompt[{b}]") for b, r in enumerate(prompt)]
     if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
-        raise TypeError(f"prompt must be a token tensor or a list of token rows, got {_describe(prompt)}")
+        raise TypeError(f"prompt must be a token tensor or a list of token rows, got {describe(prompt)}")
     if len(prompt) == 0:
         raise ValueError("prompt is empty: give at least one token")
     first = prompt[0]
-    first_is_row = (isinstance(first, torch.Tensor) and first.ndim > 0) or (
-        isinstance(first, Sequence) and not isinstance(first, (str, bytes)))
-    if not first_is_row:  # a flat list of token ids: one row
-        return [_as_token_row(prompt, vocab_size, "prompt")]
-    return [_as_token_row(r, vocab_size, f"prompt[{b}]") for b, r in enumerate(prompt)]
+    if not ((isinstance(first, torch.Tensor) and first.ndim > 0)
+            or (isinstance(first, Sequence) and not isinstance(first, (str, bytes)))):
+        return [_token_row(prompt, vocab_size, "prompt")]  # a flat list of ids: one row
+    return [_token_row(r, vocab_size, f"prompt[{b}]") for b, r in enumerate(prompt)]
 
 
 def eos_ids(eos_token_id, vocab_size: int) -> frozenset[int]:
     """``eos_token_id`` (None, one id, or several) as a set of ids in [0, V)."""
     if eos_token_id is None:
         return frozenset()
-    ids = [eos_token_id] if not isinstance(eos_token_id, (Sequence, torch.Tensor, set, frozenset)) else list(
-        eos_token_id.tolist() if isinstance(eos_token_id, torch.Tensor) else eos_token_id)
-    for t in ids:
-        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab_size:
-            raise ValueError(f"eos_token_id must be None, a token id in [0, {vocab_size}) or a list of them, "
-                             f"got {eos_token_id!r}")
+    many = isinstance(eos_token_id, (Sequence, torch.Tensor, set, frozenset))
+    ids = list(eos_token_id.tolist() if isinstance(eos_token_id, torch.Tensor) else eos_token_id) if many \
+        else [eos_token_id]
+    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < vocab_size for t in ids):
+        raise ValueError(f"eos_token_id must be None, a token id in [0, {vocab_size}) or a list of them, "
+                         f"got {eos_token_id!r}")
     return frozenset(ids)
 
 
-def check_max_new_tokens(max_new_tokens) -> None:
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1, got {max_new_tokens!r}")
+def check_count(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
 
 
 def check_budget(target, rows: list[list[int]], max_new_tokens: int) -> None:
     """Refuse, before any work, a request that cannot fit in the target's context.
 
     The cache holds every emitted token but the last, so a row needs ``len(prompt) + max_new_tokens
-    - 1`` slots; speculative decoding needs no more than that, because the loop never asks a chain
-    drafter for drafts past a row's budget.  A target without ``max_length`` has no limit.
+    - 1`` slots; speculation needs no more, because the loop never asks for drafts past a row's
+    budget.  A target without ``max_length`` has no limit.
     """
     limit = getattr(target, "max_length", None)
-    if limit is None:
-        return
-    longest = max(len(r) for r in rows)
-    need = longest + max_new_tokens - 1
-    if need > limit:
+    need = max(len(r) for r in rows) + max_new_tokens - 1
+    if limit is not None and need > limit:
         raise ValueError(
-            f"the longest prompt ({longest} tokens) plus max_new_tokens={max_new_tokens} needs {need} cache "
-            f"slots, but the target holds max_length={limit}: shorten the prompt, lower max_new_tokens, or "
-            f"build the target with a larger max_length")
+            f"the longest prompt ({need - max_new_tokens + 1} tokens) plus max_new_tokens={max_new_tokens} needs "
+            f"{need} cache slots, but the target holds max_length={limit}: shorten the prompt, lower "
+            f"max_new_tokens, or build the target with a larger max_length")
 
 
 def check_draft(draft, drafter, batch_size: int, vocab_size: int) -> None:
-    """Validate what ``drafter.propose`` returned for ``batch_size`` live rows (see :class:`Draft`)."""
-    who = f"{type(drafter).__name__}.propose()"
+    """What ``drafter.propose`` returned for ``batch_size`` live rows (see :class:`Draft`)."""
+    who = f"{type(drafter).__name__}.propose() returned"
     if not isinstance(draft, Draft):
-        raise TypeError(f"{who} must return a specbook.protocols.Draft, got {_describe(draft)}")
+        raise TypeError(f"{who} {describe(draft)}; it must return a specbook.protocols.Draft")
     tokens = draft.tokens
-    if not isinstance(tokens, torch.Tensor):
-        raise TypeError(f"{who} returned Draft.tokens as {_describe(tokens)}; it must be a (B, K) integer tensor")
-    if tokens.dtype == torch.bool or tokens.dtype not in _INT_DTYPES:
-        raise TypeError(f"{who} returned Draft.tokens as {_describe(tokens)}; token ids must be integers")
+    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in INT_DTYPES:
+        raise TypeError(f"{who} Draft.tokens as {describe(tokens)}; it must be a (B, K) integer tensor")
     if tokens.ndim != 2 or tokens.shape[0] != batch_size:
-        raise ValueError(f"{who} returned Draft.tokens as {_describe(tokens)}; it must be (B, K) with "
-                         f"B = {batch_size} (one row per context)")
-    K = tokens.shape[1]
-    if K and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
-        raise ValueError(f"{who} returned Draft.tokens outside the vocabulary [0, {vocab_size}): "
-                         f"min {int(tokens.min())}, max {int(tokens.max())}")
-    if draft.parents is not None:
-        _check_draft_parents(draft.parents, K, who)
-    if draft.probs is not None:
-        _check_draft_probs(draft.probs, tokens, vocab_size, who)
-
-
-def _check_draft_parents(parents, K: int, who: str) -> None:
-    if not isinstance(parents, torch.Tensor) or parents.dtype == torch.bool or parents.dtype not in _INT_DTYPES:
-        raise TypeError(f"{who} returned Draft.parents as {_describe(parents)}; it must be a (K,) integer tensor")
-    if tuple(parents.shape) != (K,):
-        raise ValueError(f"{who} returned Draft.parents of shape {tuple(parents.shape)} for K = {K} tokens")
-    for i, par in enumerate(parents.tolist()):
-        # parents[i] < i makes every parent link point backwards, so no node can be its own ancestor
-        if not -1 <= par < i:
-            raise ValueError(f"{who} returned Draft.parents[{i}] = {par}: a node's parent must be -1 (the "
-                             f"context) or an earlier node, so the links form a tree listed parents first")
-
-
-def _check_draft_probs(probs, tokens: torch.Tensor, vocab_size: int, who: str) -> None:
+        raise ValueError(f"{who} Draft.tokens as {describe(tokens)}; it must be (B, K) with B = {batch_size} "
+                         "(one row per context)")
+    check_tokens(f"{who} Draft.tokens", tokens, vocab_size)
     B, K = tokens.shape
-    if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
-        raise TypeError(f"{who} returned Draft.probs as {_describe(probs)}; it must be a (B, K, V) float tensor")
-    if tuple(probs.shape) != (B, K, vocab_size):
-        raise ValueError(f"{who} returned Draft.probs of shape {tuple(probs.shape)}; expected {(B, K, vocab_size)}")
-    if K == 0:
-        return
-    if not torch.isfinite(probs).all() or (probs < 0).any():
-        raise ValueError(f"{who} returned Draft.probs with NaN, infinite or negative entries")
-    sums = probs.double().sum(-1)  # (B, K)
-    tol = 1e-3 if probs.dtype in (torch.float16, torch.bfloat16) else 1e-4
-    bad = (sums - 1).abs() > tol
-    if bad.any():
-        b, k = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(f"{who} returned Draft.probs[{b}, {k}] summing to {float(sums[b, k]):.6g}, not 1")
-    q_of_token = probs.gather(-1, tokens.long().to(probs.device)[..., None])[..., 0]  # (B, K)
-    zero = q_of_token <= 0
-    if zero.any():
-        b, k = (int(i) for i in zero.nonzero()[0])
-        raise ValueError(
-            f"{who} returned Draft.tokens[{b}, {k}] = {int(tokens[b, k])} with Draft.probs giving it probability 0: "
-            f"a draft must be sampled from the distribution it reports (q(x) > 0), otherwise min(1, p/q) is "
-            f"undefined and the output stops following the target")
+    if draft.parents is not None:
+        check_parents(draft.parents, f"{who} Draft.parents", length=K)
+    if draft.probs is not None:
+        check_probs(f"{who} Draft.probs", draft.probs, (B, K, vocab_size))
+        q_of_token = draft.probs.gather(-1, tokens.long().to(draft.probs.device)[..., None])[..., 0]  # (B, K)
+        if (q_of_token <= 0).any():
+            b, k = (int(i) for i in (q_of_token <= 0).nonzero()[0])
+            raise ValueError(
+                f"{who} Draft.tokens[{b}, {k}] = {int(tokens[b, k])} with Draft.probs giving it probability 0: "
+                "a draft must be sampled from the law it reports (q(x) > 0), otherwise min(1, p/q) is undefined "
+                "and the output stops following the target")
 
 
-def check_target_logits(logits, target, shape: tuple[int, int, int]) -> None:
-    """Validate ``target.forward``'s output: a float (B, N, V) tensor with no NaN."""
-    who = f"{type(target).__name__}.forward()"
+def check_target_logits(logits, target, shape: tuple[int, int, int], greedy: bool = False) -> None:
+    """``target.forward``'s output: float (B, N, V) logits that ``check_logits`` accepts."""
+    who = f"{type(target).__name__}.forward() returned"
     if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise TypeError(f"{who} must return float logits (B, N, V), got {_describe(logits)}")
-    if tuple(logits.shape) != shape:
-        raise ValueError(f"{who} returned logits of shape {tuple(logits.shape)}; expected {shape}")
-    if torch.isnan(logits).any():
-        raise ValueError(f"{who} returned NaN logits: the model's numerics broke (check its dtype and inputs)")
-
-
-def check_gamma(gamma) -> None:
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 0:
-        raise ValueError(f"gamma must be an int >= 0, got {gamma!r}")
-
+        raise TypeError(f"{who} {describe(logits)}; it must return float logits (B, N, V)")
+    check_logits(f"{who} logits", logits, shape, greedy)

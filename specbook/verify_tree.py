@@ -51,31 +51,28 @@ Two consequences a drafter must respect (both tested):
 * Passing a q row for candidates that were *not* independent draws from it (a head's top-k,
   or siblings drawn without replacement to avoid duplicates) biases the output.
 
-:func:`verify_tree_greedy` is the temperature-0 rule (follow the child equal to the
-target's argmax).  :func:`typical_acceptance` is Medusa's lossy rule, kept as the baseline
-it is in the literature.
+:func:`verify_tree_greedy` is the temperature-0 rule (follow the child equal to the target's
+argmax).  ``verify_*`` check their arguments; ``accept_*`` run on inputs already checked, as the
+decode loop calls them.  Medusa's lossy typical acceptance is in :mod:`specbook.typical`.
 """
 from __future__ import annotations
-
-import math
 
 import torch
 
 from .sampling import sample
-from .tree import check_parents, children, depths, max_path_length
-from .verify import work_dtype, check_probs, check_tokens, residual
+from .tree import check_parents, children, depths
+from .validate import check_tree_block
+from .verify import emit, residual, work_dtype
 
-__all__ = ["verify_tree", "verify_tree_greedy", "typical_acceptance", "child_table", "keep_indices"]
+__all__ = ["verify_tree", "verify_tree_greedy", "accept_tree", "accept_tree_greedy", "child_table", "keep_indices"]
 
 
 def child_table(parents: torch.Tensor) -> torch.Tensor:
     """(N+1, C) long: row 0 lists the root's children, row i+1 node i's, in node order, -1 padded."""
-    check_parents(parents)
-    N = len(parents)
+    N = len(check_parents(parents))
     kids = children(parents)
     slots = [kids[N]] + kids[:N]  # slot 0 = root, slot i+1 = node i
-    C = max((len(k) for k in slots), default=0)
-    table = torch.full((N + 1, C), -1, dtype=torch.long)
+    table = torch.full((N + 1, max(len(k) for k in slots)), -1, dtype=torch.long)
     for s, k in enumerate(slots):
         table[s, : len(k)] = torch.tensor(k, dtype=torch.long)
     return table.to(parents.device)
@@ -87,32 +84,55 @@ def keep_indices(path: torch.Tensor, num_emitted: torch.Tensor) -> list[list[int
     return [[0] + [i + 1 for i in row[: n - 1]] for row, n in zip(path.tolist(), num_emitted.tolist())]
 
 
-def _check_tree_inputs(target_probs, draft_probs, draft_tokens, parents, probs_name="target_probs") -> None:
-    if not isinstance(parents, torch.Tensor) or parents.ndim != 1:
-        raise ValueError(f"parents must be a 1-D (N,) tensor, got {getattr(parents, 'shape', parents)!r}")
-    check_parents(parents)
-    N = len(parents)
-    if not isinstance(target_probs, torch.Tensor) or target_probs.ndim != 3:
-        raise ValueError(f"{probs_name} must be a (B, N+1, V) tensor, got {getattr(target_probs, 'shape', target_probs)!r}")
-    B, N1, V = target_probs.shape
-    if N1 != N + 1:
-        raise ValueError(f"{probs_name} has {N1} positions but the tree has {N} nodes: it needs N+1 = {N + 1} "
-                         "(the root, then one per node)")
-    if not isinstance(draft_tokens, torch.Tensor) or tuple(draft_tokens.shape) != (B, N):
-        raise ValueError(f"draft_tokens must have shape {(B, N)}, got {tuple(getattr(draft_tokens, 'shape', ()))}")
-    check_tokens("draft_tokens", draft_tokens, V)
-    if draft_probs is not None:
-        if not isinstance(draft_probs, torch.Tensor) or tuple(draft_probs.shape) != (B, N, V):
-            raise ValueError(f"draft_probs has shape {tuple(getattr(draft_probs, 'shape', ()))}, expected {(B, N, V)} "
-                             "(one row per node: the distribution it was drawn from)")
-        check_probs("draft_probs", draft_probs, ndim=3)
+def _path_tokens(x: torch.Tensor, path: torch.Tensor) -> torch.Tensor:
+    """(B, D) the tokens of the accepted nodes, -1 past the path's end."""
+    return torch.where(path >= 0, x.gather(1, path.clamp_min(0)), -1)
 
 
-def _emit(path_tokens: torch.Tensor, num_accepted: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
-    """(B, D) accepted tokens (-1 padded) + (B,) last token -> (B, D+1) block."""
-    B = path_tokens.shape[0]
-    tokens = torch.cat([path_tokens, path_tokens.new_full((B, 1), -1)], dim=1)  # (B, D+1)
-    return tokens.scatter(1, num_accepted[:, None], last[:, None])
+def accept_tree(target_probs, draft_probs, draft_tokens, parents, generator=None):
+    """:func:`verify_tree` on inputs already checked."""
+    B, V, device = target_probs.shape[0], target_probs.shape[-1], target_probs.device
+    dtype = work_dtype(target_probs, draft_probs)
+    p_all = target_probs.to(dtype)  # (B, N+1, V)
+    q_all = None if draft_probs is None else draft_probs.to(dtype)  # (B, N, V)
+    x_all = draft_tokens.long()  # (B, N)
+    kids = child_table(parents.to(device))  # (N+1, C)
+    D = int(depths(parents).max()) + 1 if len(parents) else 0
+    rows = torch.arange(B, device=device)
+    u = torch.rand(x_all.shape, generator=generator, device=device, dtype=dtype)  # (B, N) one per node
+
+    slot = torch.zeros(B, dtype=torch.long, device=device)  # current node + 1 (0 = root)
+    p = p_all[:, 0]  # (B, V) the target law at the current node, shrunk to residuals on rejections
+    path = torch.full((B, D), -1, dtype=torch.long, device=device)  # (B, D)
+    final = torch.zeros_like(p)  # (B, V) the law the last token is drawn from
+    done = torch.zeros(B, dtype=torch.bool, device=device)
+    for depth in range(D + 1):
+        chosen = torch.full((B,), -1, dtype=torch.long, device=device)
+        for j in range(kids.shape[1]):
+            child = kids[slot, j]  # (B,)
+            live = ~done & (chosen < 0) & (child >= 0)
+            if not live.any():
+                break  # child lists are left-packed: no row has a (j+1)-th child to try either
+            c = child.clamp_min(0)
+            x = x_all[rows, c]  # (B,)
+            q = torch.nn.functional.one_hot(x, V).to(dtype) if q_all is None else q_all[rows, c]  # (B, V)
+            # u * q(x) < p(x): accept w.p. min(1, p/q); never a p(x) = 0 token; q(x) = 0 < p(x) accepts
+            ok = live & (u[rows, c] * q.gather(1, x[:, None])[:, 0] < p.gather(1, x[:, None])[:, 0])
+            p = torch.where((live & ~ok)[:, None], residual(p, q), p)
+            chosen = torch.where(ok, child, chosen)
+        advance = chosen >= 0
+        stop = ~done & ~advance
+        final = torch.where(stop[:, None], p, final)
+        done = done | stop
+        if depth < D:
+            path[:, depth] = torch.where(advance, chosen, -1)
+        slot = torch.where(advance, chosen + 1, slot)
+        p = torch.where(advance[:, None], p_all[rows, slot], p)
+        if bool(done.all()):
+            break
+    num_accepted = (path >= 0).sum(-1)  # (B,)
+    tokens, num_emitted = emit(_path_tokens(x_all, path), num_accepted, sample(final, generator))
+    return tokens, num_emitted, path
 
 
 def verify_tree(
@@ -126,65 +146,42 @@ def verify_tree(
 
     Args:
         target_probs: (B, N+1, V) p at the root and after every node.
-        draft_probs:  (B, N, V) the distribution each node was drawn from, or None (deterministic).
-        draft_tokens: (B, N) long.
+        draft_probs:  (B, N, V) the law each node was drawn from, or None (deterministic).
+        draft_tokens: (B, N) integer.
         parents:      (N,) long, topological order, -1 = child of the root.
         generator: source of every random draw: one uniform per node (drawn up front, used at
             most once), then one categorical per row for the final token.
 
     Returns ``(tokens (B, D+1), num_emitted (B,), path (B, D))`` as described in the module doc.
     """
-    _check_tree_inputs(target_probs, draft_probs, draft_tokens, parents)
-    check_probs("target_probs", target_probs, ndim=3)
-    B, N1, V = target_probs.shape
-    N = N1 - 1
-    device = target_probs.device
-    dtype = work_dtype(target_probs, draft_probs)
-    p_all = target_probs.to(dtype)  # (B, N+1, V)
-    q_all = None if draft_probs is None else draft_probs.to(dtype)  # (B, N, V)
-    x_all = draft_tokens.long()  # (B, N)
-    kids = child_table(parents.to(device))  # (N+1, C)
-    D = max_path_length(parents)
-    rows = torch.arange(B, device=device)
-    u = torch.rand((B, N), generator=generator, device=device, dtype=dtype)  # (B, N)
+    check_tree_block(target_probs, draft_probs, draft_tokens, parents)
+    return accept_tree(target_probs, draft_probs, draft_tokens, parents, generator)
 
-    slot = torch.zeros(B, dtype=torch.long, device=device)  # current node + 1 (0 = root)
-    p = p_all[:, 0]  # (B, V) the target law at the current node, shrunk to residuals on rejections
+
+def accept_tree_greedy(target_logits, draft_tokens, parents):
+    """:func:`verify_tree_greedy` on inputs already checked."""
+    B, device = target_logits.shape[0], target_logits.device
+    best = target_logits.argmax(-1)  # (B, N+1)
+    x_all = draft_tokens.long().to(device)  # (B, N)
+    kids = child_table(parents.to(device))  # (N+1, C)
+    D = int(depths(parents).max()) + 1 if len(parents) else 0
+    rows = torch.arange(B, device=device)
+    slot = torch.zeros(B, dtype=torch.long, device=device)
     path = torch.full((B, D), -1, dtype=torch.long, device=device)
-    num_accepted = torch.zeros(B, dtype=torch.long, device=device)
-    final = torch.zeros_like(p)  # (B, V) the law the last token is drawn from
-    done = torch.zeros(B, dtype=torch.bool, device=device)
-    for depth in range(D + 1):
+    for depth in range(D):
+        want = best[rows, slot]  # (B,) the token the target would emit here
         chosen = torch.full((B,), -1, dtype=torch.long, device=device)
         for j in range(kids.shape[1]):
             child = kids[slot, j]  # (B,)
-            live = ~done & (chosen < 0) & (child >= 0)
-            if not live.any():
-                break  # child lists are left-packed: no row has a (j+1)-th child to try either
-            c = child.clamp_min(0)
-            x = x_all[rows, c]  # (B,)
-            q = torch.nn.functional.one_hot(x, V).to(dtype) if q_all is None else q_all[rows, c]  # (B, V)
-            p_x = p.gather(1, x[:, None]).squeeze(1)  # (B,)
-            q_x = q.gather(1, x[:, None]).squeeze(1)  # (B,)
-            # u * q(x) < p(x): accept w.p. min(1, p/q); never a p(x) = 0 token; q(x) = 0 < p(x) accepts
-            ok = live & (u[rows, c] * q_x < p_x)
-            rejected = live & ~ok
-            p = torch.where(rejected[:, None], residual(p, q), p)
-            chosen = torch.where(ok, child, chosen)
-        advance = chosen >= 0
-        stop = ~done & ~advance
-        final = torch.where(stop[:, None], p, final)
-        done = done | stop
-        if depth < D:
-            path[:, depth] = torch.where(advance, chosen, -1)
-        num_accepted = num_accepted + advance.long()
-        slot = torch.where(advance, chosen + 1, slot)
-        p = torch.where(advance[:, None], p_all[rows, slot], p)
-        if bool(done.all()):
+            hit = (chosen < 0) & (child >= 0) & (x_all[rows, child.clamp_min(0)] == want)
+            chosen = torch.where(hit, child, chosen)
+        path[:, depth] = chosen
+        slot = torch.where(chosen >= 0, chosen + 1, slot)
+        if not bool((chosen >= 0).any()):
             break
-    last = sample(final, generator)  # (B,)
-    path_tokens = torch.where(path >= 0, x_all.gather(1, path.clamp_min(0)), -1)  # (B, D)
-    return _emit(path_tokens, num_accepted, last), num_accepted + 1, path
+    num_accepted = (path >= 0).sum(-1)  # (B,)
+    tokens, num_emitted = emit(_path_tokens(x_all, path), num_accepted, best[rows, slot])
+    return tokens, num_emitted, path
 
 
 def verify_tree_greedy(
@@ -196,110 +193,8 @@ def verify_tree_greedy(
 
     target_logits: (B, N+1, V) logits or probabilities (only the argmax matters; first index on
     ties, as in greedy autoregressive decoding).  Every emitted token is the argmax after the
-    tokens before it, so the output equals greedy decoding token for token; the tree only
-    decides how many come out of one pass.  No randomness.  Returns ``(tokens, num_emitted, path)``.
+    tokens before it, so the output equals greedy decoding token for token; the tree only decides
+    how many come out of one pass.  No randomness.  Returns ``(tokens, num_emitted, path)``.
     """
-    if isinstance(target_logits, torch.Tensor) and target_logits.ndim == 3 and torch.isnan(target_logits).any():
-        raise ValueError("target_logits contain NaN")
-    _check_tree_inputs(target_logits, None, draft_tokens, parents, probs_name="target_logits")
-    B, N1, V = target_logits.shape
-    N = N1 - 1
-    device = target_logits.device
-    best = target_logits.argmax(-1)  # (B, N+1)
-    x_all = draft_tokens.long().to(device)  # (B, N)
-    kids = child_table(parents.to(device))  # (N+1, C)
-    D = max_path_length(parents)
-    rows = torch.arange(B, device=device)
-    slot = torch.zeros(B, dtype=torch.long, device=device)
-    path = torch.full((B, D), -1, dtype=torch.long, device=device)
-    num_accepted = torch.zeros(B, dtype=torch.long, device=device)
-    for depth in range(D):
-        want = best[rows, slot]  # (B,) the token the target would emit here
-        chosen = torch.full((B,), -1, dtype=torch.long, device=device)
-        for j in range(kids.shape[1]):
-            child = kids[slot, j]  # (B,)
-            hit = (chosen < 0) & (child >= 0) & (x_all[rows, child.clamp_min(0)] == want)
-            chosen = torch.where(hit, child, chosen)
-        advance = chosen >= 0
-        path[:, depth] = chosen
-        num_accepted = num_accepted + advance.long()
-        slot = torch.where(advance, chosen + 1, slot)
-        if not bool(advance.any()):
-            break
-    path_tokens = torch.where(path >= 0, x_all.gather(1, path.clamp_min(0)), -1)  # (B, D)
-    return _emit(path_tokens, num_accepted, best[rows, slot]), num_accepted + 1, path
-
-
-def typical_acceptance(
-    target_probs: torch.Tensor,
-    draft_tokens: torch.Tensor,
-    parents: torch.Tensor,
-    epsilon: float = 0.09,
-    delta: float = 0.3,
-    generator: torch.Generator | None = None,
-    final: str = "sample",
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Medusa's typical acceptance (Cai et al. 2024, arXiv:2401.10774, sec. 2.3.1): LOSSY by design.
-
-    The exact rule implemented here:
-
-    1. a node with token x whose parent position has target law p is *typical* iff
-       ``p(x) > min(epsilon, delta * exp(-H(p)))``, H the entropy in nats (0 log 0 = 0);
-       defaults epsilon = 0.09, delta = 0.3 are the Medusa code's ``posterior_threshold`` and
-       ``posterior_alpha``;
-    2. a node is accepted iff it and all its ancestors are typical; the accepted path ends at
-       the deepest accepted node, ties broken by the largest path log-likelihood
-       sum log p(x) (as the Medusa code does), then by the smallest node index;
-    3. one more token is emitted from the target's law after the path: sampled
-       (``final="sample"``, the default) or its argmax (``final="greedy"``, the paper's choice
-       for the token the base model contributes each step).
-
-    Acceptance ignores the draft's distribution and is a deterministic function of p, so the
-    output is biased towards whatever the heads proposed (and, at any temperature, against
-    the low-probability tokens that fall under the threshold).  ``draft_probs`` are not needed.
-    Returns ``(tokens, num_emitted, path)`` like :func:`verify_tree`.
-    """
-    _check_tree_inputs(target_probs, None, draft_tokens, parents)
-    check_probs("target_probs", target_probs, ndim=3)
-    for name, val in (("epsilon", epsilon), ("delta", delta)):
-        if not isinstance(val, (int, float)) or isinstance(val, bool) or not math.isfinite(val) or val < 0:
-            raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")
-    if final not in ("sample", "greedy"):
-        raise ValueError(f"final must be 'sample' or 'greedy', got {final!r}")
-    B, N1, V = target_probs.shape
-    N = N1 - 1
-    device = target_probs.device
-    dtype = work_dtype(target_probs)
-    p_all = target_probs.to(dtype)  # (B, N+1, V)
-    x_all = draft_tokens.long()  # (B, N)
-    entropy = torch.special.entr(p_all).sum(-1)  # (B, N+1)
-    threshold = torch.clamp(delta * torch.exp(-entropy), max=epsilon)  # (B, N+1)
-    plist = parents.tolist()
-    parent_slot = torch.tensor([par + 1 for par in plist], dtype=torch.long, device=device)  # (N,)
-    p_x = p_all[:, parent_slot].gather(-1, x_all[..., None]).squeeze(-1) if N else p_all[:, :0, 0]  # (B, N)
-    typical = p_x > threshold[:, parent_slot]  # (B, N)
-
-    accepted = torch.zeros(B, N, dtype=torch.bool, device=device)
-    loglik = torch.zeros(B, N, dtype=dtype, device=device)
-    for i, par in enumerate(plist):  # topological order: parents first
-        above = accepted[:, par] if par >= 0 else torch.ones(B, dtype=torch.bool, device=device)
-        accepted[:, i] = typical[:, i] & above
-        loglik[:, i] = p_x[:, i].log() + (loglik[:, par] if par >= 0 else 0)
-    length = (depths(parents).to(device) + 1).expand(B, N)  # (B, N) path length ending at each node
-    num_accepted = torch.where(accepted, length, 0).amax(-1) if N else torch.zeros(B, dtype=torch.long, device=device)
-    best = accepted & (length == num_accepted[:, None])  # (B, N)
-    end = torch.where(best, loglik, -math.inf).argmax(-1) if N else num_accepted  # (B,) first max
-    end = torch.where(num_accepted > 0, end, -1)  # -1: nothing accepted, stay at the root
-
-    table = torch.full((N + 1, max_path_length(parents)), -1, dtype=torch.long)
-    for i in range(N):  # table[i + 1] = root-to-node path of node i, -1 padded
-        node, chain = i, []
-        while node >= 0:
-            chain.append(node)
-            node = plist[node]
-        table[i + 1, : len(chain)] = torch.tensor(chain[::-1])
-    path = table.to(device)[end + 1]  # (B, D)
-    last_law = p_all[torch.arange(B, device=device), end + 1]  # (B, V)
-    last = last_law.argmax(-1) if final == "greedy" else sample(last_law, generator)
-    path_tokens = torch.where(path >= 0, x_all.gather(1, path.clamp_min(0)), -1)  # (B, D)
-    return _emit(path_tokens, num_accepted, last), num_accepted + 1, path
+    check_tree_block(target_logits, None, draft_tokens, parents, "target_logits", logits=True)
+    return accept_tree_greedy(target_logits, draft_tokens, parents)

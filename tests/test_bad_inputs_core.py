@@ -21,7 +21,8 @@ from specbook import roofline as rl
 from specbook import theory as th
 from specbook.sampling import MIN_TEMPERATURE, SamplingParams, logits_to_probs, sample
 from specbook.toy import MarkovLM, make_toy_pair, random_transitions
-from specbook.tree import ancestors, children, depths, leaf_paths, max_path_length, path_table, path_to
+from specbook.tree import ancestors, children, depths, max_path_length, path_to
+from specbook.tree_paths import leaf_paths, path_table
 from specbook.verify import verify_greedy
 
 from refusal import TIME_LIMIT, refuses, watchdog

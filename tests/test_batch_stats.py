@@ -82,6 +82,6 @@ def shared_row_uniforms(target_probs, draft_probs, draft_tokens, generator=None)
 
 
 def test_twin_rows_sharing_uniforms_is_caught(monkeypatch):
-    monkeypatch.setattr(decode, "verify_chain", shared_row_uniforms)
+    monkeypatch.setattr(decode, "accept_chain", shared_row_uniforms)
     law, observed, _ = run("ngram")
     check_rejects("rows sharing one set of uniforms", law, observed)

@@ -4,9 +4,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from specbook.toy import MarkovLM, random_transitions
-from specbook.tree import (ChoiceTree, ancestors, attention_mask, chain_parents, check_parents, children, depths,
-                           from_paths, leaf_paths, max_path_length, path_table, path_to, position_ids,
-                           topological_order, tree_mask)
+from specbook.tree import (ancestors, attention_mask, chain_parents, check_parents, children, depths,
+                           max_path_length, path_to, position_ids, tree_mask)
+from specbook.tree_paths import ChoiceTree, from_paths, leaf_paths, path_table, topological_order
 
 SETTINGS = settings(derandomize=True, max_examples=100, deadline=None)
 

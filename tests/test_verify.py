@@ -6,6 +6,7 @@ from chain_variants import chain_verifier
 from specbook.sampling import GREEDY, logits_to_probs
 from specbook.laws import block_law
 from specbook.verify import residual, verify_chain, verify_greedy, verify_token
+from specbook.verify_serving import verify_chain_serving
 
 
 def random_case(B=64, K=3, V=6, seed=0, dtype=torch.float64):
@@ -151,7 +152,7 @@ def test_bad_input_token_rule_and_greedy():
         verify_token(p, p, 2)
     with pytest.raises(ValueError, match="draft_probs has shape"):
         verify_token(p, torch.tensor([1.0, 0.0, 0.0]), 0)
-    with pytest.raises(ValueError, match="draft_tokens must have shape"):
+    with pytest.raises(ValueError, match="draft_tokens has shape"):
         verify_greedy(torch.zeros(1, 3, 4), torch.zeros(1, 3, dtype=torch.long))
 
 
@@ -159,20 +160,20 @@ def test_bad_input_token_rule_and_greedy():
 
 def _one_row(target, draft, tokens, b, n, seed):
     """Row b verified alone, with its own n drafts and no padding, from a fresh generator."""
-    return verify_chain(target[b : b + 1, : n + 1], draft[b : b + 1, :n], tokens[b : b + 1, :n],
+    return verify_chain_serving(target[b : b + 1, : n + 1], draft[b : b + 1, :n], tokens[b : b + 1, :n],
                         [torch.Generator().manual_seed(seed)])
 
 
 def test_per_row_generators_make_each_row_depend_on_its_own_generator_only():
     target, draft, tokens = random_case(B=12, K=3, V=5)
     gens = lambda: [torch.Generator().manual_seed(100 + b) for b in range(12)]  # noqa: E731
-    out, n = verify_chain(target, draft, tokens, gens())
+    out, n = verify_chain_serving(target, draft, tokens, gens())
     for b in range(12):  # the same row alone, same generator: the same block, draw for draw
         alone, n_alone = _one_row(target, draft, tokens, b, 3, 100 + b)
         assert torch.equal(out[b, : n[b]], alone[0, : n_alone[0]]) and n[b] == n_alone[0]
     other = target.clone()
     other[1:] = other[1:].flip(-1)  # change every other row: row 0 must not move
-    out2, n2 = verify_chain(other, draft, tokens, gens())
+    out2, n2 = verify_chain_serving(other, draft, tokens, gens())
     assert torch.equal(out2[0], out[0]) and n2[0] == n[0]
 
 
@@ -186,7 +187,7 @@ def test_ragged_drafts_equal_each_row_verified_alone_and_padding_is_never_read()
     target_g = target.clone()
     target_g[torch.arange(5) > num[:, None]] = float("nan")
     gens = [torch.Generator().manual_seed(b) for b in range(40)]
-    out, n = verify_chain(target_g, draft_g, tokens_g, gens, num_drafts=num)
+    out, n = verify_chain_serving(target_g, draft_g, tokens_g, gens, num_drafts=num)
     assert ((n >= 1) & (n <= num + 1)).all()
     for b in range(40):
         alone, n_alone = _one_row(target, draft, tokens, b, int(num[b]), b)
@@ -204,7 +205,7 @@ def test_ragged_block_law_exactly_on_deterministic_rows():
     for seed in range(20):
         gen = [torch.Generator().manual_seed(seed * 10 + b) for b in range(4)] if seed % 2 else \
             torch.Generator().manual_seed(seed)
-        out, n = verify_chain(target, draft, tokens, gen, num_drafts=num)
+        out, n = verify_chain_serving(target, draft, tokens, gen, num_drafts=num)
         for b in range(4):
             k = int(num[b])
             law = block_law(target[b, : k + 1], draft[b, :k], tokens[b, :k].tolist())
@@ -214,7 +215,7 @@ def test_ragged_block_law_exactly_on_deterministic_rows():
 def test_full_num_drafts_and_one_generator_keep_the_old_draws():
     target, draft, tokens = random_case(B=300, K=3)
     a = verify_chain(target, draft, tokens, torch.Generator().manual_seed(5))
-    b = verify_chain(target, draft, tokens, torch.Generator().manual_seed(5), num_drafts=torch.full((300,), 3))
+    b = verify_chain_serving(target, draft, tokens, torch.Generator().manual_seed(5), num_drafts=torch.full((300,), 3))
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
 
 
@@ -228,4 +229,4 @@ def test_full_num_drafts_and_one_generator_keep_the_old_draws():
 def test_bad_generators_and_num_drafts(kwargs, message):
     target, draft, tokens = random_case(B=4)
     with pytest.raises(ValueError, match=message):
-        verify_chain(target, draft, tokens, **kwargs)
+        verify_chain_serving(target, draft, tokens, **kwargs)

@@ -10,6 +10,7 @@ import torch
 from chain_variants import BROKEN_TWINS, chain_verifier
 from specbook.laws import block_law
 from specbook.verify import verify_chain
+from specbook.verify_serving import verify_chain_serving
 from statfamily import check_fit, check_rejects, encode_blocks
 
 N = 40_000
@@ -105,8 +106,8 @@ def run_ragged(seeds, case="position-dependent, K=3, V=4"):
     tokens = torch.stack([torch.multinomial(draft[i], N, replacement=True, generator=g) for i in range(K)], 1)
     num = torch.arange(N) % (K + 1)  # (N,)
     num[: N // 2] = K  # the first half: full rows, paired for the independence test
-    out, n = verify_chain(target.expand(N, K + 1, V), draft.expand(N, K, V), tokens,
-                          [torch.Generator().manual_seed(s) for s in seeds], num_drafts=num)
+    out, n = verify_chain_serving(target.expand(N, K + 1, V), draft.expand(N, K, V), tokens,
+                                  [torch.Generator().manual_seed(s) for s in seeds], num_drafts=num)
     blocks = encode_blocks(out, n, V)
     laws = [block_law(target[: k + 1], draft[:k]) for k in range(K + 1)]
     half = N // 2

@@ -17,11 +17,13 @@ from specbook.laws import block_law
 from specbook.protocols import Draft
 from specbook.sampling import GREEDY, SamplingParams, logits_to_probs, sample
 from specbook.toy import make_toy_pair
-from specbook.tree import chain_parents, children, from_paths, max_path_length, path_to
+from specbook.tree import chain_parents, children, max_path_length, path_to
+from specbook.tree_paths import from_paths
 from specbook.tree_laws import (autoregressive_law, extend_law, total_variation, tree_block_law, tree_model_law,
                                 typical_block_law)
 from specbook.verify import verify_chain, verify_greedy
-from specbook.verify_tree import keep_indices, typical_acceptance, verify_tree, verify_tree_greedy
+from specbook.typical import typical_acceptance
+from specbook.verify_tree import keep_indices, verify_tree, verify_tree_greedy
 from statfamily import check_fit, check_rejects, encode_blocks
 from tree_variants import BROKEN_TWINS, tree_verifier
 
@@ -511,7 +513,7 @@ def test_typical_acceptance_in_the_loop_is_caught(monkeypatch):
     def typical(target_probs, draft_probs, draft_tokens, parents, generator=None):
         return typical_acceptance(target_probs, draft_tokens, parents, generator=generator)
 
-    monkeypatch.setattr(decode_module, "verify_tree", typical)
+    monkeypatch.setattr(decode_module, "accept_tree", typical)
     law, observed, _ = run_tree_decode("top-k", BINARY, SamplingParams(), 1)
     check_rejects("typical acceptance in speculative_generate", law, observed)
 

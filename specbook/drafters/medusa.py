@@ -36,7 +36,7 @@ from torch import nn
 from ..models.linear import Linear
 from ..protocols import Draft
 from ..sampling import SamplingParams, logits_to_probs, sample
-from ..tree import ChoiceTree, from_paths
+from ..tree_paths import ChoiceTree, from_paths
 from .target_features import TargetFeatures
 
 WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
@@ -118,7 +118,7 @@ class MedusaDrafter:
 
     model: the target's ``LlamaModel`` (its final norm and LM head are reused, frozen).
     tree:  None -> a chain of the heads' top-1 guesses (``min(gamma, K)`` of them);
-           a choice list or :class:`~specbook.tree.ChoiceTree` -> that tree every step
+           a choice list or :class:`~specbook.tree_paths.ChoiceTree` -> that tree every step
            (its size replaces ``gamma``).
     Chains at temperature > 0 sample each head and return its distribution; trees are
     top-k lists, i.e. deterministic candidates, verified by the lossless tree rule.
