@@ -27,8 +27,7 @@ keep the N best nodes overall (a child never beats its parent, so they form a tr
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -39,7 +38,7 @@ from ..models.linear import Linear
 from ..models.llama import Block, Step, fold_query_groups_mask
 from ..protocols import Draft
 from ..sampling import SamplingParams, logits_to_probs, sample
-from .medusa import WEIGHTS_DIR, check_vocab
+from .medusa import WEIGHTS_DIR, check_vocab, draft_lm_head, load_head, save_head
 from .target_features import TargetFeatures
 
 
@@ -123,31 +122,16 @@ class EagleHead(nn.Module):
         return self.block(x, 0, cache, step)
 
 
-def save_eagle(head: EagleHead, path: str | Path, meta: dict | None = None) -> None:
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    state = {k: (v.half() if v.is_floating_point() else v.int()).contiguous() for k, v in head.state_dict().items()}
-    save_file(state, str(path.with_suffix(".safetensors")))
-    path.with_suffix(".json").write_text(json.dumps({"config": asdict(head.config), **(meta or {})}, indent=1) + "\n")
-
+save_eagle = save_head
 
 # Files written before the head reused the model's Block name its attention weights without "attn.".
 _RENAMED = {"block.wqkv.weight": "block.attn.wqkv.weight", "block.wo.weight": "block.attn.wo.weight"}
 
 
 def load_eagle(path: str | Path = WEIGHTS_DIR / "eagle_smollm2-135m") -> tuple[EagleHead, dict]:
-    from safetensors.torch import load_file
-
-    path = Path(path)
-    if not path.with_suffix(".safetensors").is_file():
-        raise FileNotFoundError(f"no EAGLE weights at {path.with_suffix('.safetensors')}; "
-                                "train them with `python -m specbook.train.eagle`")
-    meta = json.loads(path.with_suffix(".json").read_text())
-    state = {_RENAMED.get(k, k): v for k, v in load_file(str(path.with_suffix(".safetensors"))).items()}
-    head = EagleHead(EagleConfig(**meta["config"]), vocab=state["vocab"].long())
-    head.load_state_dict({k: v.float() if v.is_floating_point() else v.long() for k, v in state.items()})
-    return head.eval(), meta
+    """(head in float32, meta dict) from ``path``.safetensors + ``path``.json."""
+    return load_head(path, lambda config, vocab: EagleHead(EagleConfig(**config), vocab),
+                     "EAGLE", "specbook.train.eagle", _RENAMED)
 
 
 @dataclass(frozen=True)
@@ -176,14 +160,8 @@ class EagleDrafter:
     """
 
     def __init__(self, head: EagleHead, model, tree: DynamicTree | None = None):
-        c = head.config
-        if model.config.dim != c.dim or model.config.vocab_size != c.target_vocab_size:
-            raise ValueError(f"head was made for width {c.dim} / vocab {c.target_vocab_size}, the model has "
-                             f"{model.config.dim} / {model.config.vocab_size}")
+        self._lm = draft_lm_head(model, head.config, head.vocab, "head was")
         self.head, self.model, self.tree = head.eval(), model, tree
-        with torch.no_grad():
-            # the target's LM head restricted to the draft vocabulary: (Vd, D) weight
-            self._lm = Linear.frozen(model.lm_head.weight[head.vocab.to(model.lm_head.weight.device)])
         self.features = TargetFeatures(transform=model.norm)
         self._rows: list[dict] = []  # per row: the head's cache and the tokens its committed pairs used
         self.passes = 0

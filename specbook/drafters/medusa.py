@@ -87,30 +87,50 @@ def check_vocab(vocab: torch.Tensor, draft_vocab_size: int, target_vocab_size: i
         raise ValueError(f"vocab must hold distinct target token ids in [0, {target_vocab_size})")
 
 
-def save_medusa(heads: MedusaHeads, path: str | Path, meta: dict | None = None) -> None:
-    """``path``.safetensors (float16 weights + vocab) and ``path``.json (config + meta)."""
+def save_head(head: nn.Module, path: str | Path, meta: dict | None = None) -> None:
+    """``path``.safetensors (float16 weights + vocab) and ``path``.json (``head.config`` + meta):
+    the file pair of Medusa heads and of an EAGLE head."""
     from safetensors.torch import save_file
 
     path = Path(path)
-    state = {k: (v.half() if v.is_floating_point() else v.int()).contiguous() for k, v in heads.state_dict().items()}
+    state = {k: (v.half() if v.is_floating_point() else v.int()).contiguous() for k, v in head.state_dict().items()}
     save_file(state, str(path.with_suffix(".safetensors")))
-    path.with_suffix(".json").write_text(json.dumps({"config": asdict(heads.config), **(meta or {})}, indent=1) + "\n")
+    path.with_suffix(".json").write_text(json.dumps({"config": asdict(head.config), **(meta or {})}, indent=1) + "\n")
 
 
-def load_medusa(path: str | Path = WEIGHTS_DIR / "medusa_smollm2-135m") -> tuple[MedusaHeads, dict]:
-    """(heads in float32, meta dict) from ``path``.safetensors + ``path``.json."""
+def load_head(path: str | Path, build, name: str, trainer: str, renamed: dict | None = None) -> tuple[nn.Module, dict]:
+    """(head in float32, meta dict) from a :func:`save_head` pair; ``build(config dict, vocab)`` makes
+    the empty head, ``renamed`` maps old weight names to new, ``trainer`` is named when no file is there."""
     from safetensors.torch import load_file
 
     path = Path(path)
     if not path.with_suffix(".safetensors").is_file():
-        raise FileNotFoundError(f"no Medusa weights at {path.with_suffix('.safetensors')}; "
-                                "train them with `python -m specbook.train.medusa`")
+        raise FileNotFoundError(f"no {name} weights at {path.with_suffix('.safetensors')}; "
+                                f"train them with `python -m {trainer}`")
     meta = json.loads(path.with_suffix(".json").read_text())
-    config = MedusaConfig(**meta["config"])
-    state = load_file(str(path.with_suffix(".safetensors")))
-    heads = MedusaHeads(config, vocab=state["vocab"].long())
-    heads.load_state_dict({k: v.float() if v.is_floating_point() else v.long() for k, v in state.items()})
-    return heads.eval(), meta
+    state = {(renamed or {}).get(k, k): v for k, v in load_file(str(path.with_suffix(".safetensors"))).items()}
+    head = build(meta["config"], state["vocab"].long())
+    head.load_state_dict({k: v.float() if v.is_floating_point() else v.long() for k, v in state.items()})
+    return head.eval(), meta
+
+
+def draft_lm_head(model, config, vocab: torch.Tensor, made: str) -> Linear:
+    """The target's LM head restricted to the draft vocabulary, a frozen (Vd, D) weight, after
+    checking that the head (``made``: "heads were" / "head was") fits ``model``."""
+    if model.config.dim != config.dim or model.config.vocab_size != config.target_vocab_size:
+        raise ValueError(f"{made} made for width {config.dim} / vocab {config.target_vocab_size}, the model has "
+                         f"{model.config.dim} / {model.config.vocab_size}")
+    with torch.no_grad():
+        return Linear.frozen(model.lm_head.weight[vocab.to(model.lm_head.weight.device)])
+
+
+save_medusa = save_head
+
+
+def load_medusa(path: str | Path = WEIGHTS_DIR / "medusa_smollm2-135m") -> tuple[MedusaHeads, dict]:
+    """(heads in float32, meta dict) from ``path``.safetensors + ``path``.json."""
+    return load_head(path, lambda config, vocab: MedusaHeads(MedusaConfig(**config), vocab),
+                     "Medusa", "specbook.train.medusa")
 
 
 class MedusaDrafter:
@@ -127,17 +147,12 @@ class MedusaDrafter:
 
     def __init__(self, heads: MedusaHeads, model, tree: ChoiceTree | list | None = None):
         c = heads.config
-        if model.config.dim != c.dim or model.config.vocab_size != c.target_vocab_size:
-            raise ValueError(f"heads were made for width {c.dim} / vocab {c.target_vocab_size}, the model has "
-                             f"{model.config.dim} / {model.config.vocab_size}")
+        self._lm = draft_lm_head(model, c, heads.vocab, "heads were")
         self.heads = heads.eval()
         self.model = model
         self.tree = from_paths(tree) if isinstance(tree, (list, tuple)) else tree
         if self.tree is not None and int(self.tree.depth.max()) >= c.num_heads:
             raise ValueError(f"the tree is {int(self.tree.depth.max()) + 1} deep but there are only {c.num_heads} heads")
-        with torch.no_grad():
-            # the target's LM head restricted to the draft vocabulary: (Vd, D) weight
-            self._lm = Linear.frozen(model.lm_head.weight[heads.vocab.to(model.lm_head.weight.device)])
         self.features = TargetFeatures(transform=model.norm)
         self.passes = 0
 
