@@ -22,11 +22,14 @@ via Speculative Decoding" (ICML 2023):
 Shape legend: A number of alphas, G number of gammas.
 
 Scalars in give a Python ``float`` out; any array input gives an ``np.ndarray``.
-Bad input (alpha outside [0, 1], gamma negative or fractional, c < 0,
-verify_cost <= 0, NaN or inf; a bool, string, None or complex number anywhere)
-raises ``ValueError`` naming the argument.  Counts (gamma, max_gamma) are
-kept as exact integer-valued floats, so a huge gamma gives the limit, not an
-integer overflow.
+Bad input (alpha outside [0, 1], gamma not an int >= 0, c < 0, verify_cost <= 0,
+NaN or inf; a bool, string, None or complex number anywhere) raises ``ValueError``
+naming the argument and the bad value.  A count (gamma, max_gamma) is an ``int``
+(Python or numpy, or an array of them): a float is refused even when it looks
+whole, since above 2**53 every float does (``1e19`` names no count).  Counts are
+computed as floats, so a huge int gamma gives the limit, not an integer
+overflow.  No result is NaN or inf for legal input (a result that would overflow
+raises), and E[tokens] stays within [1, min(gamma + 1, 1 / (1 - alpha))].
 """
 from __future__ import annotations
 
@@ -84,16 +87,23 @@ def _alpha(value, name: str = "alpha") -> np.ndarray:
     return arr
 
 
+def _is_int(x) -> bool:
+    return isinstance(x, numbers.Integral) and not isinstance(x, (bool, np.bool_))
+
+
 def _gamma(value, name: str = "gamma") -> np.ndarray:
-    """A non-negative integer count, returned as integer-valued float64 (no int64 overflow)."""
+    """A count: an int >= 0 (or an array of them), returned as float64 (no int64 overflow)."""
+    def refuse(bad):
+        return ValueError(f"{name} must be an int >= 0 (a count, not a float), got {bad!r}")
+
     try:
-        arr = _floats(value, name)
-    except ValueError:
-        raise ValueError(f"{name} must be a non-negative integer, got {value!r}") from None
-    bad = ~(np.isfinite(arr) & (arr >= 0)) | (np.floor(arr) != arr)
-    if bad.any():
-        raise ValueError(f"{name} must be a non-negative integer, got {_first_bad(arr, bad)!r}")
-    return arr
+        raw = np.asarray(value, dtype=object)  # each element as given (numpy ones as Python numbers)
+    except (TypeError, ValueError):  # ragged nesting
+        raise refuse(value) from None
+    bad = [x for x in raw.reshape(-1).tolist() if not _is_int(x) or x < 0]
+    if bad:
+        raise refuse(bad[0] if raw.ndim else value)
+    return _floats(value, name)  # an int beyond the float range is refused there, by name
 
 
 def _nonneg(value, name: str) -> np.ndarray:
@@ -149,15 +159,19 @@ def expected_tokens(alpha, gamma):
     The ``+1`` in the exponent is the bonus token sampled from the target when all
     gamma drafts are accepted.  At alpha = 1 the limit gamma + 1 is returned exactly;
     near 1 the numerator is computed as ``-expm1((gamma+1) * log1p(alpha-1))`` so
-    there is no cancellation.  Always lies in [1, gamma + 1].
+    there is no cancellation.  Always lies in [1, gamma + 1] and never above
+    :func:`expected_tokens_limit`, also in floating point.
     """
-    a = _alpha(alpha)
-    g = _gamma(gamma)
+    return _result(_yield(_alpha(alpha), _gamma(gamma)), alpha, gamma)
+
+
+def _yield(a: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """:func:`expected_tokens` on checked float64 arrays (g a count kept as a float)."""
     a, g = np.broadcast_arrays(a, g)
     with np.errstate(divide="ignore", invalid="ignore"):
-        numerator = -np.expm1((g + 1.0) * np.log1p(a - 1.0))  # 1 - alpha^(gamma+1)
+        numerator = -np.expm1((g + 1.0) * np.log1p(a - 1.0))  # 1 - alpha^(gamma+1), in [0, 1]: so <= 1/(1 - a)
         out = np.where(a == 1.0, g + 1.0, numerator / (1.0 - a))
-    return _result(out, alpha, gamma)
+    return np.clip(out, 1.0, g + 1.0)  # rounding at gamma = 0 would leave 1 by an ulp either way
 
 
 def expected_tokens_limit(alpha):
@@ -185,7 +199,8 @@ def speedup(alpha, gamma, c, verify_cost: VerifyCost = 1.0):
     g = _gamma(gamma)
     cost = _nonneg(c, "c")
     v = _verify_cost(verify_cost, g)
-    out = expected_tokens(a, g) / (g * cost + v)
+    with np.errstate(over="ignore"):
+        out = _finite(_yield(a, g) / (g * cost + v), f"speedup with verify_cost={verify_cost!r}")
     return _result(out, alpha, gamma, c, verify_cost if not callable(verify_cost) else 0.0)
 
 
@@ -206,11 +221,7 @@ def yield_table(alphas, gammas) -> np.ndarray:
     g = _gamma(np.atleast_1d(gammas), "gammas")
     if a.ndim != 1 or g.ndim != 1:
         raise ValueError(f"alphas and gammas must be 1-D, got shapes {a.shape} and {g.shape}")
-    return np.asarray(expected_tokens(a[:, None], g[None, :]))  # (A, G)
-
-
-def _scalar_expected(alpha: float, gamma: int) -> float:
-    return float(expected_tokens(alpha, gamma))
+    return _yield(a[:, None], g[None, :])  # (A, G)
 
 
 def break_even_alpha(gamma, c, verify_cost: VerifyCost = 1.0) -> float:
@@ -242,7 +253,7 @@ def break_even_alpha(gamma, c, verify_cost: VerifyCost = 1.0) -> float:
         mid = 0.5 * (lo + hi)
         if mid <= lo or mid >= hi:
             return hi
-        if _scalar_expected(mid, g) < target:
+        if float(_yield(np.float64(mid), np.float64(g))) < target:
             lo = mid
         else:
             hi = mid
@@ -263,7 +274,7 @@ def break_even_cost(alpha, gamma, verify_cost: VerifyCost = 1.0):
         raise ValueError(f"gamma must be >= 1 for break_even_cost, got {gamma!r}")
     a = _alpha(alpha)
     v = _verify_cost(verify_cost, g)
-    out = (expected_tokens(a, g) - v) / g
+    out = (_yield(a, g) - v) / g
     return _result(out, alpha, gamma, verify_cost if not callable(verify_cost) else 0.0)
 
 

@@ -87,6 +87,30 @@ def test_expected_tokens_bounds_and_geometric_sum(alpha, gamma):
 
 
 @PROPS
+@given(ALPHAS, st.one_of(GAMMAS, st.integers(0, 10**30)))
+def test_expected_tokens_within_its_bounds_exactly_in_floats(alpha, gamma):
+    # no slack: never below 1, above gamma + 1 or above the limit 1 / (1 - alpha), never NaN,
+    # even where rounding would leave the true value by an ulp (gamma = 0) or gamma is huge
+    e = th.expected_tokens(alpha, gamma)
+    assert 1.0 <= e <= min(gamma + 1, th.expected_tokens_limit(alpha))
+    table = th.yield_table([alpha], [gamma])
+    assert table[0, 0] == e and not np.isnan(table).any()
+
+
+@PROPS
+@given(ALPHAS, st.integers(0, 10**30), st.floats(0.0, 1e6), st.floats(1e-300, 1e6))
+def test_speedup_and_break_even_cost_are_numbers_for_legal_input(alpha, gamma, c, v):
+    try:
+        s = th.speedup(alpha, gamma, c, v)
+    except ValueError as e:  # the one legal case that may not give a number: a tiny v overflows
+        assert "overflows" in str(e) and "verify_cost" in str(e)
+    else:
+        assert math.isfinite(s) and s >= 0
+    if gamma >= 1:
+        assert math.isfinite(th.break_even_cost(alpha, gamma, v))
+
+
+@PROPS
 @given(ALPHAS, ALPHAS, GAMMAS)
 def test_expected_tokens_increasing_in_alpha(a1, a2, gamma):
     lo, hi = sorted((a1, a2))
@@ -223,3 +247,36 @@ def test_optimal_gamma_with_verify_curve():
 def test_bad_input_raises_naming_argument(call, arg):
     with pytest.raises(ValueError, match=re.escape(arg)):
         call()
+
+
+@pytest.mark.parametrize("call, arg, value", [
+    # gamma is a count: an int >= 0. A float is refused even when it looks whole: above 2**53
+    # every float does, and expected_tokens(0.8, 1e19) used to answer 5.000000000000001.
+    (lambda: th.expected_tokens(0.8, 1e19), "gamma", "1e+19"),
+    (lambda: th.expected_tokens(0.8, 4.0), "gamma", "4.0"),
+    (lambda: th.expected_tokens(0.8, np.float64(4.0)), "gamma", "4.0"),
+    (lambda: th.expected_tokens(0.8, [1, 2.5]), "gamma", "2.5"),
+    (lambda: th.expected_tokens(0.8, np.array([1.0, 2.0])), "gamma", "1.0"),
+    (lambda: th.expected_tokens(0.8, [3, -2]), "gamma", "-2"),
+    (lambda: th.expected_tokens(0.8, "3"), "gamma", "'3'"),
+    (lambda: th.expected_tokens(0.8, None), "gamma", "None"),
+    (lambda: th.expected_tokens(0.8, 10**400), "gamma", "1000"),
+    (lambda: th.speedup(0.8, 1e19, 0.1), "gamma", "1e+19"),
+    (lambda: th.break_even_alpha(4.0, 0.1), "gamma", "4.0"),
+    (lambda: th.break_even_cost(0.8, 2.0), "gamma", "2.0"),
+    (lambda: th.optimal_gamma(0.8, 0.1, max_gamma=16.0), "max_gamma", "16.0"),
+    (lambda: th.yield_table([0.5], [1e19]), "gammas", "1e+19"),
+    (lambda: th.speedup(0.5, 3, 0.0, 1e-310), "verify_cost", "1e-310"),
+])
+def test_bad_input_names_argument_and_value(call, arg, value):
+    with pytest.raises(ValueError, match=f"{re.escape(arg)}.*{re.escape(value)}"):
+        call()
+
+
+def test_integer_gammas_of_every_kind_are_accepted():
+    want = th.expected_tokens(0.8, 4)
+    assert th.expected_tokens(0.8, np.int64(4)) == th.expected_tokens(0.8, np.uint8(4)) == want
+    assert th.expected_tokens(0.8, np.array([4, 4]))[1] == th.expected_tokens(0.8, [4])[0] == want
+    # a huge int gamma is legal: the answer is the limit, never above it
+    assert th.expected_tokens(0.8, 10**19) == th.expected_tokens_limit(0.8)
+    assert th.expected_tokens(0.8, 10**19) <= th.expected_tokens_limit(0.8)
