@@ -24,20 +24,17 @@ first token that differs from the reply.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..cliargs import existing_file, nonnegative_float, positive_float, positive_int, threads, writable_file
-from ..drafters.eagle import EagleConfig, EagleHead, HeadCache, save_eagle
-from ..drafters.medusa import WEIGHTS_DIR
-from . import recorded_command
-from .features import FeatureSet, draft_vocabulary, validation_indices
+from ..cliargs import nonnegative_float, positive_int
+from ..drafters.eagle import EagleConfig, EagleHead, HeadCache
+from .features import FeatureSet
+from .heads_cli import heads_parser, load_heads_data, training_record, write_heads
 from .medusa import target_features, to_draft_ids
 from .schedule import warmup_cosine
 
@@ -214,46 +211,24 @@ def chain_tau(survival: torch.Tensor, gamma: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ..models.smollm2 import load_smollm2
-    from .features import heads_training_data
-
-    ap = argparse.ArgumentParser(prog="specbook train eagle", description=__doc__,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train-prompts", type=positive_int, default=240, help="prompts of the training mix")
-    ap.add_argument("--heldout-prompts", type=positive_int, default=24, help="held-out prompts (never trained on)")
-    ap.add_argument("--max-new-tokens", type=positive_int, default=160, help="length of each target reply")
-    ap.add_argument("--draft-vocab", type=positive_int, default=8192, help="tokens the head can propose")
-    ap.add_argument("--epochs", type=positive_float, default=3.0, help="passes over the training positions")
-    ap.add_argument("--batch-sequences", type=positive_int, default=8, help="sequences per step")
-    ap.add_argument("--lr", type=positive_float, default=2e-3, help="peak learning rate")
-    ap.add_argument("--w-cls", type=nonnegative_float, default=0.5, help="weight of the token loss (EAGLE: 0.1)")
-    ap.add_argument("--noise", type=nonnegative_float, default=0.1, help="half-width of the uniform feature noise")
-    ap.add_argument("--unroll", type=positive_int, default=2, help="training steps of the head feeding on itself")
-    ap.add_argument("--weight-decay", type=nonnegative_float, default=0.01, help="AdamW weight decay")
-    ap.add_argument("--time-limit", type=positive_float, default=None, help="stop training after this many seconds")
-    ap.add_argument("--max-steps", type=positive_int, default=None,
-                    help="stop training after this many steps (the schedule still spans --epochs)")
-    ap.add_argument("--prompt-set", type=existing_file, default=None,
-                    help="a JSON-lines prompt set (id, category, prompt token ids) instead of the mix: the exact "
-                         "data of the shipped head: specbook/data/eagle_prompts.jsonl")
-    ap.add_argument("--threads", type=threads, default=None, help="torch threads (1 is best on a shared CPU)")
-    ap.add_argument("--out", type=writable_file, default=str(WEIGHTS_DIR / DEFAULT_NAME),
-                    help="path prefix of the written <out>.safetensors and <out>.json")
+    ap = heads_parser("specbook train eagle", __doc__, [
+        "--train-prompts", "--heldout-prompts", "--max-new-tokens", "--draft-vocab", "--epochs",
+        ("--batch-sequences", dict(type=positive_int, default=8, help="sequences per step")), "--lr",
+        ("--w-cls", dict(type=nonnegative_float, default=0.5, help="weight of the token loss (EAGLE: 0.1)")),
+        ("--noise", dict(type=nonnegative_float, default=0.1, help="half-width of the uniform feature noise")),
+        ("--unroll", dict(type=positive_int, default=2, help="training steps of the head feeding on itself")),
+        ("--weight-decay", dict(type=nonnegative_float, default=0.01, help="AdamW weight decay")), "--time-limit",
+        ("--max-steps", dict(type=positive_int, default=None,
+                             help="stop training after this many steps (the schedule still spans --epochs)")),
+    ], shipped="head", default_name=DEFAULT_NAME)
     args = ap.parse_args(argv)
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    t_all = time.perf_counter()
-    model, tok = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
-    model.requires_grad_(False)
-    held, fs = heads_training_data(model, tok, prompt_set=args.prompt_set, train_prompts=args.train_prompts,
-                                   heldout_prompts=args.heldout_prompts, max_new_tokens=args.max_new_tokens)
-    fit, val = validation_indices(fs)
-    vocab = draft_vocabulary(fs.select(fit), args.draft_vocab, always=(tok.eos_token_id,))
-    head, log = train_eagle(fs, model, fit, vocab=vocab, epochs=args.epochs, batch_sequences=args.batch_sequences,
-                            lr=args.lr, w_cls=args.w_cls, noise=args.noise, unroll_steps=args.unroll,
-                            weight_decay=args.weight_decay, val_seqs=val, time_limit_s=args.time_limit,
-                            max_steps=args.max_steps)
+    data = load_heads_data(args)
+    model, fs, held, fit, val = data.model, data.fs, data.held, data.fit, data.val
+    head, log = train_eagle(fs, model, fit, vocab=data.vocab, epochs=args.epochs,
+                            batch_sequences=args.batch_sequences, lr=args.lr, w_cls=args.w_cls, noise=args.noise,
+                            unroll_steps=args.unroll, weight_decay=args.weight_decay, val_seqs=val,
+                            time_limit_s=args.time_limit, max_steps=args.max_steps)
     surv_val = chain_acceptance(head, model, fs, val)
     surv_held = chain_acceptance(head, model, held, list(range(held.num_sequences)))
     report = {
@@ -261,27 +236,10 @@ def main(argv: list[str] | None = None) -> None:
         "tau_chain_heldout": {g: round(chain_tau(surv_held, g), 3) for g in range(1, len(surv_held))},
         "tau_chain_validation": {g: round(chain_tau(surv_val, g), 3) for g in range(1, len(surv_val))},
     }
-    meta = {
-        "default_tree": {"depth": 6, "top_k": 4, "num_nodes": 24},
-        "training": {"command": recorded_command("specbook.train.eagle", argv),
-                     **{**vars(args), "out": Path(args.out).name},
-                     "train_prompt_ids": [fs.prompt_ids[i] for i in fit],
-                     "validation_prompt_ids": [fs.prompt_ids[i] for i in val],
-                     "heldout_prompt_ids": held.prompt_ids,
-                     "train_sequences": len(fit), "validation_sequences": len(val),
-                     "heldout_sequences": held.num_sequences, "pairs": log["pairs"], "steps": log["steps"],
-                     "train_seconds": round(log["train_seconds"], 1),
-                     "total_seconds": round(time.perf_counter() - t_all, 1),
-                     "final_loss": log["loss"][-1][1] if log["loss"] else None,
-                     "validation_tau_per_epoch": log["validation"],
-                     "stopped_early_at_step": log.get("stopped_early_at_step")},
-        "heldout": report,
-    }
-    save_eagle(head, args.out, meta)
-    print(f"wrote {args.out}.safetensors / .json")
-    for k, v in report.items():
-        print(f"  {k}: {v}")
-
+    training = training_record("specbook.train.eagle", argv, args, data, log, "pairs",
+                               validation_tau_per_epoch=log["validation"])
+    write_heads(head, args.out, {"default_tree": {"depth": 6, "top_k": 4, "num_nodes": 24},
+                                 "training": training, "heldout": report})
 
 if __name__ == "__main__":
     main()

@@ -16,20 +16,18 @@ The held-out split is only scored, after everything is fixed.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import time
-from pathlib import Path
 from collections import Counter
 
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..cliargs import existing_file, positive_float, positive_int, threads, writable_file
-from ..drafters.medusa import WEIGHTS_DIR, MedusaConfig, MedusaHeads, save_medusa
-from . import recorded_command
-from .features import FeatureSet, draft_vocabulary, validation_indices
+from ..cliargs import positive_int
+from ..drafters.medusa import MedusaConfig, MedusaHeads
+from .features import FeatureSet
+from .heads_cli import heads_parser, load_heads_data, training_record, write_heads
 from .schedule import warmup_cosine
 
 DEFAULT_NAME = "medusa_smollm2-135m"
@@ -182,40 +180,18 @@ def tokens_per_pass(ranks: torch.Tensor, choices: list[list[int]] | None, chain:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ..models.smollm2 import load_smollm2
-    from .features import heads_training_data
-
-    ap = argparse.ArgumentParser(prog="specbook train medusa", description=__doc__,
-                         formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train-prompts", type=positive_int, default=240, help="prompts of the training mix")
-    ap.add_argument("--heldout-prompts", type=positive_int, default=24, help="held-out prompts (never trained on)")
-    ap.add_argument("--max-new-tokens", type=positive_int, default=160, help="length of each target reply")
-    ap.add_argument("--heads", type=positive_int, default=4, help="number of Medusa heads")
-    ap.add_argument("--draft-vocab", type=positive_int, default=8192, help="tokens the head can propose")
-    ap.add_argument("--epochs", type=positive_float, default=3.0, help="passes over the training positions")
-    ap.add_argument("--batch-size", type=positive_int, default=256, help="positions per step")
-    ap.add_argument("--lr", type=positive_float, default=2e-3, help="peak learning rate")
-    ap.add_argument("--time-limit", type=positive_float, default=None, help="stop training after this many seconds")
-    ap.add_argument("--prompt-set", type=existing_file, default=None,
-                    help="a JSON-lines prompt set (id, category, prompt token ids) instead of the mix: the exact "
-                         "data of the shipped heads: specbook/data/eagle_prompts.jsonl")
-    ap.add_argument("--threads", type=threads, default=None, help="torch threads (1 is best on a shared CPU)")
-    ap.add_argument("--out", type=writable_file, default=str(WEIGHTS_DIR / DEFAULT_NAME),
-                    help="path prefix of the written <out>.safetensors and <out>.json")
+    ap = heads_parser("specbook train medusa", __doc__, [
+        "--train-prompts", "--heldout-prompts", "--max-new-tokens",
+        ("--heads", dict(type=positive_int, default=4, help="number of Medusa heads")), "--draft-vocab", "--epochs",
+        ("--batch-size", dict(type=positive_int, default=256, help="positions per step")), "--lr", "--time-limit",
+    ], shipped="heads", default_name=DEFAULT_NAME)
     args = ap.parse_args(argv)
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    t_all = time.perf_counter()
-    model, tok = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
-    model.requires_grad_(False)
-    held, fs = heads_training_data(model, tok, prompt_set=args.prompt_set, train_prompts=args.train_prompts,
-                                   heldout_prompts=args.heldout_prompts, max_new_tokens=args.max_new_tokens)
-    fit, val = validation_indices(fs)
-    vocab = draft_vocabulary(fs.select(fit), args.draft_vocab, always=(tok.eos_token_id,))
-    heads, log = train_medusa(fs, model, fit, num_heads=args.heads, vocab=vocab, epochs=args.epochs,
+    data = load_heads_data(args)
+    model, fs, held = data.model, data.fs, data.held
+    heads, log = train_medusa(fs, model, data.fit, num_heads=args.heads, vocab=data.vocab, epochs=args.epochs,
                               batch_size=args.batch_size, lr=args.lr, time_limit_s=args.time_limit)
-    val_ranks = head_ranks(heads, model, fs, val)
+    val_ranks = head_ranks(heads, model, fs, data.val)
     held_ranks = head_ranks(heads, model, held, list(range(held.num_sequences)))
     trees = {str(n): best_choices(val_ranks, n, top_s=10) for n in TREE_SIZES}
     report = {
@@ -224,26 +200,8 @@ def main(argv: list[str] | None = None) -> None:
         "tau_chain_heldout": {g: tokens_per_pass(held_ranks, None, g) for g in range(1, args.heads + 1)},
         "tau_tree_heldout": {n: tokens_per_pass(held_ranks, trees[n]) for n in trees},
     }
-    meta = {
-        "trees": trees, "default_tree": "16",
-        "training": {"command": recorded_command("specbook.train.medusa", argv),
-                     **{**vars(args), "out": Path(args.out).name},
-                     "train_prompt_ids": [fs.prompt_ids[i] for i in fit],
-                     "validation_prompt_ids": [fs.prompt_ids[i] for i in val],
-                     "heldout_prompt_ids": held.prompt_ids,
-                     "train_sequences": len(fit), "validation_sequences": len(val),
-                     "heldout_sequences": held.num_sequences, "positions": log["positions"], "steps": log["steps"],
-                     "train_seconds": round(log["train_seconds"], 1),
-                     "total_seconds": round(time.perf_counter() - t_all, 1),
-                     "final_loss": log["loss"][-1][1] if log["loss"] else None,
-                     "stopped_early_at_step": log.get("stopped_early_at_step")},
-        "heldout": report,
-    }
-    save_medusa(heads, args.out, meta)
-    print(f"wrote {args.out}.safetensors / .json")
-    for k, v in report.items():
-        print(f"  {k}: {v}")
-
+    training = training_record("specbook.train.medusa", argv, args, data, log, "positions")
+    write_heads(heads, args.out, {"trees": trees, "default_tree": "16", "training": training, "heldout": report})
 
 if __name__ == "__main__":
     main()
