@@ -68,7 +68,7 @@ from specbook.sampling import GREEDY, SamplingParams
 from specbook.bench.timing import verify_cost_curve
 from specbook.teach import diagrams, plots
 from specbook.teach.plots import draw_tree
-from specbook.tree import tree_mask
+from specbook.tree_attention import tree_mask
 from specbook.tree_paths import from_paths, leaf_paths
 from specbook.verify import verify_greedy
 from specbook.typical import typical_acceptance

@@ -1,24 +1,19 @@
-"""One decoding loop for every drafter; plain autoregressive decoding is the same loop with no drafter.
+"""One decoding loop for every drafter; plain decoding is the same loop with no drafter (K = 0).
 
 Shape legend: B batch (live rows), K draft length (chain tokens or tree nodes), V vocab.
 
     prompt ─► drafter.propose(contexts) ─► Draft(tokens, probs or None, parents or None)
            ─► target.forward([pending token] + drafts)      one pass, K+1 positions
            ─► verify (sampling: modified rejection sampling; temperature 0: greedy)
-           ─► target.rollback / target.keep(the accepted path)   per row
+           ─► target.rollback / target.keep(the accepted path), per row
            ─► emit accepted drafts + one corrected or bonus token
 
-The target's cache holds every emitted token except the last (the *pending* token), which is
-fed first in the next pass; with no drafter K = 0 and a pass emits one token.  A tree draft
-(``Draft.parents``) takes the same path: the pending token is the tree's root, one forward scores
-every node under the tree mask, and ``target.keep`` packs the accepted path into place.
-
-Rows are independent: prompts may differ in length, each row stops at its own budget or end token
-and then leaves the batch (:mod:`specbook.rows`).  What a drafter and a target hand back is checked
-once, at the loop's door (:mod:`specbook.validate`); every optional capability the loop uses is a
-Protocol in :mod:`specbook.protocols`.  ``on_step`` receives one :class:`DecodeStep` per pass (the
-lessons' traces, :mod:`specbook.teach.trace`, are built on it); :func:`speculative_steps` and
-:func:`generate_steps` are the same loop as Python generators, one pass per ``next``.
+The target's cache holds every emitted token but the last (the *pending* token, fed first in the
+next pass).  A tree draft (``Draft.parents``) takes the same path with the pending token as the
+tree's root.  Rows are independent (:mod:`specbook.rows`).  What a drafter and a target hand back
+is checked once, at the loop's door (:mod:`specbook.validate`); the optional capabilities the loop
+uses are Protocols (:mod:`specbook.protocols`).  ``on_step`` receives one :class:`DecodeStep` per
+pass (the lessons' traces are built on it); the ``*_steps`` forms yield them one ``next`` at a time.
 """
 from __future__ import annotations
 
@@ -85,16 +80,13 @@ def speculative_generate(target: Target, drafter: Drafter | None, prompt, max_ne
                          generator: torch.Generator | None = None, progress: bool = False,
                          eos_token_id: int | Sequence[int] | None = None,
                          on_step: Callable[[DecodeStep], None] | None = None) -> GenerateResult:
-    """Speculative decoding with any drafter; the output law equals :func:`generate`'s exactly.
+    """Speculative decoding with any drafter (None: plain decoding); the output law equals :func:`generate`'s.
 
-    ``prompt``: a (T,) or (B, T) token tensor, or a list of rows of any lengths.  ``gamma``: drafts
-    requested per pass (a drafter may return fewer; none are asked past the longest remaining
-    budget, so speculation needs no more context than plain decoding).  With
-    ``params.temperature == 0`` the output equals greedy decoding token for token.  A row stops at
-    ``max_new_tokens`` or right after a token of ``eos_token_id``.  A tree draft needs a target with
-    ``forward(tokens, parents)`` and ``keep`` (:class:`~specbook.protocols.SupportsKeep`); Stats then
-    count tree nodes as proposed.  ``on_step`` is called after every pass and must not change the
-    target or the drafter.  ``drafter=None`` is plain decoding (:func:`generate`).
+    ``prompt``: a (T,) or (B, T) token tensor, or a list of rows of any lengths; a row stops at
+    ``max_new_tokens`` or right after a token of ``eos_token_id``.  ``gamma``: drafts requested per
+    pass (none past the longest remaining budget).  Temperature 0: the output equals greedy
+    decoding token for token.  A tree draft needs a target with ``keep`` (SupportsKeep).
+    ``on_step`` is called after every pass and must not change the target or the drafter.
     """
     return _run(speculative_steps(target, drafter, prompt, max_new_tokens, params=params, gamma=gamma,
                                   generator=generator, progress=progress, eos_token_id=eos_token_id), on_step)
@@ -121,11 +113,9 @@ def speculative_steps(target: Target, drafter: Drafter | None, prompt, max_new_t
                       params: SamplingParams = SamplingParams(), gamma: int = 4,
                       generator: torch.Generator | None = None, progress: bool = False,
                       eos_token_id: int | Sequence[int] | None = None) -> Generator[DecodeStep, None, GenerateResult]:
-    """:func:`speculative_generate` one pass at a time: a Python generator that yields each pass's
-    :class:`DecodeStep` and returns the :class:`GenerateResult`.  Arguments are checked at once;
-    nothing runs until the first ``next`` (the prefill runs with the first pass).  Between two
-    passes the caller must not change the target or the drafter; stepping lets a caller interleave
-    several generations pass by pass."""
+    """:func:`speculative_generate` as a Python generator: each ``next`` runs one pass and yields its
+    :class:`DecodeStep`; the :class:`GenerateResult` is the return value.  Arguments are checked at
+    once; the prefill runs with the first pass."""
     if not isinstance(target, Target):
         raise TypeError(f"target must be a model with vocab_size, reset, forward, cache_lengths and rollback "
                         f"(specbook.protocols.Target), got {type(target).__name__}: check the argument order")
@@ -167,7 +157,7 @@ def _loop(target, drafter, rows: Rows, params, gamma, generator, progress, devic
         slots = tuple(rows.live)
         num_kept, ended = rows.extend(tokens.tolist(), num_emitted.tolist())
         num_kept = torch.tensor(num_kept, dtype=torch.long)
-        stats.record(draft.num_tokens, num_emitted, depth=None if path is None else path.shape[1], kept=num_kept)
+        stats.record(draft.num_tokens, num_emitted, depth=None if path is None else path.shape[1], num_kept=num_kept)
         yield DecodeStep(slots, draft, logits, probs, tokens, num_emitted, num_kept, path)
         pending = tokens.gather(1, (num_emitted - 1)[:, None]).to(device)  # (B, 1) the last emitted token
         if ended:
@@ -180,10 +170,8 @@ def _loop(target, drafter, rows: Rows, params, gamma, generator, progress, devic
 
 
 def _verify(target: Target, draft: Draft, pending: torch.Tensor, params: SamplingParams, generator):
-    """One target pass over ``[pending] + draft``, verification, and the cache cut back to what was kept.
-
-    Returns (target logits (B, K+1, V), target probs or None when greedy, tokens (B, K+1),
-    num_emitted (B,), the kept cache indices per row, the accepted tree path or None)."""
+    """One target pass over ``[pending] + draft``, verification, and the cache cut back to what was kept:
+    (logits (B, K+1, V), probs or None, tokens (B, K+1), num_emitted (B,), kept indices, tree path or None)."""
     B, K, V = pending.shape[0], draft.num_tokens, target.vocab_size
     lengths_before = target.cache_lengths  # (B,)
     limit = getattr(target, "max_length", None)

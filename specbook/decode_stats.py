@@ -1,9 +1,6 @@
 """The counters of one generation: passes, proposed, verified and accepted drafts, per depth.
 
-Shape legend: B batch (live rows).
-
-:func:`specbook.decode.speculative_generate` records one verification pass at a time; the
-acceptance figures are defined in docs/glossary.md.
+Shape legend: B batch (live rows).  The decode loop records one verification pass at a time.
 """
 from __future__ import annotations
 
@@ -14,18 +11,12 @@ import torch
 
 @dataclass
 class DecodeStats:
-    """Counters of one generation.
+    """Counters of one generation, with two acceptance figures that answer different questions:
 
-    Two acceptance figures, because they answer different questions:
-
-    * ``acceptance_rate`` = accepted / verified: the chance that a draft that *was* tested
-      survives.  This estimates alpha, the acceptance rate of Leviathan et al.'s E[tokens]
-      formula (2023, eq. 1), which assumes every position is accepted independently with the
-      same probability.
-    * ``draft_efficiency`` = accepted / proposed: the share of all drafted tokens that
-      survived.  Drafts after the first rejection were never tested and count as lost work,
-      so it is below the acceptance rate whenever a round stops early.  It is not alpha
-      (docs/glossary.md).
+    * ``acceptance_rate`` = accepted / verified: the chance that a draft that *was* tested survives,
+      the estimate of alpha in Leviathan et al.'s E[tokens] (2023, eq. 1);
+    * ``draft_efficiency`` = accepted / proposed: the share of all drafted tokens that survived;
+      drafts after the first rejection were never tested, so it is not alpha (docs/glossary.md).
     """
 
     target_passes: int = 0  # verification passes (prefill not counted)
@@ -60,17 +51,14 @@ class DecodeStats:
         return [a / p if p else float("nan") for a, p in zip(self.position_accepted, self.position_proposed)]
 
     def record(self, num_drafts: int, num_emitted: torch.Tensor, depth: int | None = None,
-               kept: torch.Tensor | None = None) -> None:
-        """Count one verification pass.  ``depth``: for a tree of ``num_drafts`` nodes, its longest
-        path; a tree is then counted per level (a level is verified when every level above it was
-        accepted, and accepted when one of its nodes was), so ``verified`` counts levels.
-
-        ``kept[b]`` (default ``num_emitted``): how many of row b's tokens the row kept.  A row that
-        reached its budget or an end token keeps fewer; the tokens it dropped are neither emitted
-        nor counted, and every kept token before the cut was an accepted draft."""
+               num_kept: torch.Tensor | None = None) -> None:
+        """Count one verification pass.  ``depth``: a tree's longest path; a tree is counted per level
+        (verified when every level above was accepted, accepted when one of its nodes was).
+        ``num_kept[b]`` (default ``num_emitted``): how many tokens row b kept; fewer when it reached its
+        budget or an end token, and the dropped tokens are neither emitted nor counted."""
         self.target_passes += 1
         levels = num_drafts if depth is None else depth
-        kept_list = num_emitted.tolist() if kept is None else kept.tolist()
+        kept_list = num_emitted.tolist() if num_kept is None else num_kept.tolist()
         for n, k in zip(num_emitted.tolist(), kept_list):
             if k < n:  # cut short: k accepted drafts kept, no rejection among them
                 accepted, verified = k, min(k, levels)

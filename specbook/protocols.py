@@ -1,38 +1,22 @@
 """The two interfaces every model in specbook implements, and the optional capabilities the loop uses.
 
-Shape legend: B batch, N new tokens in one forward, T sequence, V vocab, K draft length.
+Shape legend: B batch, N new tokens in one forward, V vocab, K draft length.
 
-A *Target* is a language model with a key/value cache that can be rolled back
-per row.  The speculative loop only ever needs four things from it:
+A *Target* is a language model with a key/value cache that can be rolled back per row:
 
-* ``reset(batch_size)``           forget everything (empty cache, all rows length 0);
-* ``forward(tokens, parents=None)`` append ``tokens`` (B, N) to every row's cache and
-  return next-token logits at each of them, (B, N, V).  ``parents`` (N,) describes a
-  tree over the new tokens (``-1`` = child of the cached context); ``None`` means a
-  plain chain (ordinary causal attention).  Node ``i`` sits at position
-  ``cache_length + depth(i)`` and attends to the cached context plus its ancestors;
-* ``cache_lengths``              (B,) how many tokens each row holds in its cache;
-* ``rollback(lengths)``          keep only the first ``lengths[b]`` cached tokens of row b.
+* ``reset(batch_size)``             forget everything (empty cache, every row of length 0);
+* ``forward(tokens, parents=None)`` append ``tokens`` (B, N) to every row's cache and return the
+  next-token logits at each of them, (B, N, V).  ``parents`` (N,) makes the new tokens a tree
+  (-1 = child of the cached context; :mod:`specbook.tree`): node i sits at position
+  ``cache_length + depth(i)`` and attends to the context and its ancestors.  None: a chain;
+* ``cache_lengths``                 (B,) how many tokens each row holds;
+* ``rollback(lengths)``             keep only the first ``lengths[b]`` cached tokens of row b.
 
-Two more a target *may* offer (each its own Protocol below, checked with ``isinstance``):
+A *Drafter* proposes tokens for the target to verify.  It sees every row's whole history (prompt
+plus everything emitted) and keeps whatever state it likes, re-synchronising by itself when the
+history it is shown diverges from the one it drafted on.
 
-* ``prefill(tokens)``  (:class:`SupportsPrefill`) like ``forward`` but without logits (the
-  prompt's are unused);
-* ``keep(indices)``    (:class:`SupportsKeep`, needed for tree drafts) directly after a tree
-  forward, keep per row only the new tokens ``indices[b]`` (a root-to-node path, listed root
-  first), packed into place.
-
-A *Drafter* proposes tokens for the target to verify.  It sees the full token
-history of every row (prompt plus everything emitted so far) and keeps whatever
-state it likes (its own cache, an n-gram index), re-synchronising by itself when
-the history it is shown diverges from the one it drafted on.  Two optional capabilities:
-
-* ``observe(target, kept)`` (:class:`SupportsObserve`) for drafters that read the target's
-  hidden states (Medusa, EAGLE): called after the prefill and after every verification;
-* ``passes``               (:class:`CountsPasses`) the drafter's own forward passes so far,
-  which the loop reports as ``DecodeStats.draft_passes``.
-
-All are ``typing.Protocol`` classes: anything with the right methods qualifies.  The loop
+The capabilities below are each a Protocol, checked with ``isinstance``; the loop
 (:mod:`specbook.decode`) asks for nothing that is not declared here.
 """
 from __future__ import annotations
@@ -48,14 +32,12 @@ if TYPE_CHECKING:
 
 @dataclass
 class Draft:
-    """What a drafter proposes for one verification step.
+    """What a drafter proposes for one verification pass.
 
-    tokens:  (B, K) long   proposed tokens (a chain unless ``parents`` is given)
-    probs:   (B, K, V) or None  the distribution each token was *sampled from*,
-             after the same SamplingParams the target uses; None = deterministic
-             drafts (one-hot q), e.g. n-gram lookup or greedy drafting.
-    parents: (K,) long or None  tree structure over the K nodes (-1 = root child);
-             None = chain.
+    tokens:  (B, K) integer  proposed tokens (a chain unless ``parents`` is given)
+    probs:   (B, K, V) or None  the law each token was *sampled from*, after the same
+             SamplingParams the target uses; None = deterministic drafts (one-hot q)
+    parents: (K,) or None  tree structure over the K nodes (-1 = child of the context); None = chain
     """
 
     tokens: torch.Tensor
@@ -83,72 +65,49 @@ class Target(Protocol):
 
 @runtime_checkable
 class Drafter(Protocol):
-    def propose(
-        self,
-        contexts: list[torch.Tensor],
-        gamma: int,
-        params: SamplingParams,
-        generator: torch.Generator | None = None,
-    ) -> Draft: ...
+    def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
+                generator: torch.Generator | None = None) -> Draft: ...
 
-
-# ----------------------------------------------------------------------------- optional capabilities
 
 @runtime_checkable
 class SupportsPrefill(Protocol):
-    """A target that can fill its cache with the prompt without computing logits.
-
-    ``prefill(tokens)`` appends ``tokens`` (B, N) like ``forward`` and returns nothing; the
-    loop uses it for all prompt tokens but the last, whose logits are never read.
-    """
+    """A target that fills its cache without computing logits: ``prefill(tokens)`` appends (B, N) like
+    ``forward`` and returns nothing (the loop uses it for the prompt, whose logits are never read)."""
 
     def prefill(self, tokens: torch.Tensor) -> None: ...
 
 
 @runtime_checkable
 class SupportsKeep(Protocol):
-    """A target that can verify a tree draft (Medusa, EAGLE, SpecInfer-style trees).
-
-    ``keep(indices)`` is called directly after ``forward(tokens, parents)``: row b keeps only
-    the new tokens ``indices[b]`` (a root-to-node path, root first), packed into place, and
-    drops the rest of the tree from its cache.
-    """
+    """A target that can verify a tree draft: ``keep(indices)``, called right after
+    ``forward(tokens, parents)``, keeps in row b only the new tokens ``indices[b]`` (a root-to-node
+    path, root first), packed into place, and drops the rest of the tree."""
 
     def keep(self, indices: list[list[int]]) -> None: ...
 
 
 @runtime_checkable
 class SupportsObserve(Protocol):
-    """A drafter that reads the target's state (Medusa and EAGLE heads read its hidden states).
-
-    ``observe(target, kept)`` is called after the prefill and after every verification, once
-    the cache is final: ``kept[b]`` lists, in order, the indices of the last forward's new
-    tokens that stayed in row b's cache.
-    """
+    """A drafter that reads the target's hidden states (Medusa, EAGLE): ``observe(target, kept)`` runs after
+    the prefill and after every verification; ``kept[b]`` lists the indices of the last forward's new
+    tokens that stayed in row b's cache."""
 
     def observe(self, target: Target, kept: list[list[int]]) -> None: ...
 
 
 @runtime_checkable
 class CountsPasses(Protocol):
-    """A drafter that counts its own forward passes (``passes``, an int that only grows).
-
-    The loop reports the difference over one generation as ``DecodeStats.draft_passes``, the
-    draft cost of the cost model (Leviathan et al. 2023, Sec. 3.4).
-    """
+    """A drafter that counts its own forward passes (``passes``, an int that only grows); the loop
+    reports the difference as ``DecodeStats.draft_passes`` (Leviathan et al. 2023, sec. 3.4)."""
 
     passes: int
 
 
 @runtime_checkable
 class SupportsSelectRows(Protocol):
-    """A target or drafter whose per-row state can shrink to a subset of its rows.
-
-    ``select_rows(rows)`` keeps only the batch rows ``rows`` (a list of slot indices, in the
-    order given) and drops the others, caches included.  The loop calls it when rows end (an
-    end token or their budget), so a finished row costs nothing more.  A target without it is
-    rebuilt from the live rows' histories instead (one prefill); a drafter without it sees a
-    smaller batch and must re-synchronise, as every drafter must when its history diverges.
-    """
+    """A target or drafter whose per-row state can shrink: ``select_rows(rows)`` keeps only the batch
+    slots ``rows`` (in that order), caches included.  The loop calls it when rows end; a target
+    without it is rebuilt from the live rows' histories (one prefill), and a drafter without it
+    re-synchronises from the smaller batch it is shown."""
 
     def select_rows(self, rows: list[int]) -> None: ...

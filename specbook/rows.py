@@ -2,11 +2,8 @@
 
 Shape legend: B batch (live rows), T prompt length, W prefill width.
 
-Rows are independent.  Prompts may have different lengths: one prefill pads them on the right
-and each row is then rolled back to its own length.  A row ends at its budget or right after an
-end token; whatever a verification pass produced past that point is dropped (never emitted,
-never counted), and the row leaves the batch so it costs nothing more
-(:class:`~specbook.protocols.SupportsSelectRows`).  :mod:`specbook.decode` drives these helpers.
+Rows are independent.  Prompts of different lengths share one prefill, padded on the right, and
+each row is then rolled back to its own length.  :mod:`specbook.decode` drives these helpers.
 """
 from __future__ import annotations
 
@@ -18,12 +15,10 @@ PAD = -1
 
 
 class Rows:
-    """Per-row bookkeeping: what each row has emitted, which rows are still live, and when a row ends.
-
-    ``live[s]`` is the original row index held in batch slot ``s``.  A row ends when it has
-    ``max_new_tokens`` new tokens or emits an end token; whatever a step produced after that
-    point is dropped (never emitted, never counted), and the row leaves the batch.
-    """
+    """Per-row bookkeeping: what each row has emitted and which rows are live (``live[s]`` is the
+    original row index in batch slot ``s``).  A row ends at ``max_new_tokens`` new tokens or right
+    after an end token; what a pass produced past that point is dropped (never emitted, never
+    counted), and the row leaves the batch so it costs nothing more."""
 
     def __init__(self, prompts: list[list[int]], max_new_tokens: int, eos: frozenset[int]):
         self.prompts = prompts
@@ -80,11 +75,9 @@ def prompt_device(prompt) -> torch.device:
 
 
 def prefill(target: Target, rows: list[list[int]], device) -> list[list[int]]:
-    """Reset ``target`` to ``len(rows)`` rows and cache every token of each row but its last.
-
-    Rows of different lengths are padded on the right (with the row's own last token) for one
-    batched prefill, then each row is rolled back to its own length.  Returns, per row, the indices
-    of that forward's tokens that stayed in the cache (what ``observe`` needs)."""
+    """Reset ``target`` to ``len(rows)`` rows and cache every token of each row but its last (one
+    prefill, rows padded on the right with their own last token, then rolled back to their lengths).
+    Returns, per row, the indices of that forward's tokens that stayed in the cache (for ``observe``)."""
     target.reset(len(rows))
     width = max(len(r) for r in rows) - 1
     if width > 0:
@@ -99,11 +92,8 @@ def prefill(target: Target, rows: list[list[int]], device) -> list[list[int]]:
 
 
 def drop_rows(target: Target, drafter, rows: Rows, ended: list[int], device) -> None:
-    """Take the ended slots out of the batch, so finished rows cost nothing more.
-
-    Targets and drafters that implement ``select_rows`` shrink their caches in place; a target
-    that does not is rebuilt from the live rows' histories (one prefill), and a drafter that does
-    not re-synchronises from the contexts it is shown, as the Drafter protocol requires."""
+    """Take the ended slots out of the batch: ``select_rows`` shrinks caches in place; a target without
+    it is rebuilt from the live rows' histories (one prefill), a drafter without it re-synchronises."""
     gone = set(ended)
     keep = [s for s in range(len(rows.live)) if s not in gone]
     rows.live = [rows.live[s] for s in keep]
@@ -111,15 +101,12 @@ def drop_rows(target: Target, drafter, rows: Rows, ended: list[int], device) -> 
         return
     if isinstance(target, SupportsSelectRows):
         target.select_rows(keep)
-        if isinstance(drafter, SupportsSelectRows):
-            drafter.select_rows(keep)
     else:
-        histories = [rows.prompts[b] + rows.emitted[b] for b in rows.live]
-        kept_indices = prefill(target, histories, device)
-        if isinstance(drafter, SupportsSelectRows):
-            drafter.select_rows(keep)
-        if isinstance(drafter, SupportsObserve):
-            drafter.observe(target, kept_indices)
+        kept_indices = prefill(target, [rows.prompts[b] + rows.emitted[b] for b in rows.live], device)
+    if isinstance(drafter, SupportsSelectRows):
+        drafter.select_rows(keep)
+    if not isinstance(target, SupportsSelectRows) and isinstance(drafter, SupportsObserve):
+        drafter.observe(target, kept_indices)
 
 
 def pending_tokens(rows: Rows, device) -> torch.Tensor:

@@ -2,23 +2,13 @@
 
 Shape legend: B batch, K positions, V vocab.  ``...`` = any leading dims.
 
-The same :func:`logits_to_probs` must process the target's logits *and* the
-draft's logits.  The lossless proof (Leviathan et al. 2023, Appendix A.1) is a
-statement about the two distributions you actually sample from; applying
-temperature or top-p to one side only silently breaks it (the output still
-reads fine, only a distribution test notices).
-
-Order of operations follows common practice (and transformers' default
-processors): temperature, then top-k, then top-p.  Temperature 0 means greedy:
-a one-hot vector on the argmax (the first index among ties, like
-``torch.argmax``).
-
-Numerics: a positive temperature below :data:`MIN_TEMPERATURE` is refused
-(``ValueError``), not floored: it would be rounded to 0 or to a subnormal in
-float32 and the division would give NaN, so the caller must choose between
-greedy (0) and a representable temperature.  Logits whose scaled values
-overflow (a huge finite logit, a tiny temperature) are shifted by their row
-maximum first, which softmax ignores, so they give the right answer, not NaN.
+The same :func:`logits_to_probs` must process the target's logits *and* the draft's: the lossless
+proof (Leviathan et al. 2023, Appendix A.1) is about the two laws actually sampled from, and
+temperature or top-p applied to one side only breaks it silently (only a distribution test sees
+it).  Order, as in transformers' default processors: temperature, top-k, top-p; temperature 0 is
+greedy (one-hot on the first argmax).  A positive temperature below :data:`MIN_TEMPERATURE` is
+refused rather than floored (it underflows in float32), and overflowing scaled logits are shifted
+by their row maximum first, so they give the right answer, not NaN.
 """
 from __future__ import annotations
 

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from .sampling import SamplingParams, logits_to_probs
-from .tree import ancestors, check_parents
+from .tree import check_parents
+from .tree_paths import ancestors
 
 # sequence_law enumerates continuations; past this many it would take minutes and gigabytes.
 MAX_LAW_SIZE = 20_000

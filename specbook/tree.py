@@ -9,13 +9,12 @@ the tree flattened into one sequence, node i attends to the cached context and t
 only, and sits at position ``cache_length + depth(i)`` (Miao et al., SpecInfer, 2024; Cai et al.,
 Medusa, 2024, sec. 2.1.2 "tree attention").
 
-:func:`check_parents` is the one check of parent links in specbook.  Reading an accepted branch
-back as paths, and Medusa-style choice lists, live in :mod:`specbook.tree_paths`; the picture of a
-tree next to its mask is :func:`specbook.teach.plots.draw_tree`.
+:func:`check_parents` is the one check of parent links in specbook.  Positions and attention
+masks for a tree pass are in :mod:`specbook.tree_attention`; paths and Medusa-style choice lists
+in :mod:`specbook.tree_paths`; the picture of a tree next to its mask is
+:func:`specbook.teach.plots.draw_tree`.
 """
 from __future__ import annotations
-
-import operator
 
 import torch
 
@@ -66,31 +65,6 @@ def chain_parents(k: int, device=None) -> torch.Tensor:
     return torch.arange(-1, k - 1, device=device)
 
 
-def _node(node, n: int) -> int:
-    try:
-        index = operator.index(node)
-    except TypeError:
-        index = None
-    if index is None or isinstance(node, bool) or not 0 <= index < n:
-        raise ValueError(f"node must be an int in [0, {n}), got {node!r}")
-    return index
-
-
-def ancestors(parents: torch.Tensor, node: int) -> list[int]:
-    """Indices of node's ancestors, root first (the node itself excluded); any node order."""
-    plist = check_parents(parents, ordered=False)
-    out, par = [], plist[_node(node, len(plist))]
-    while par >= 0:
-        out.append(par)
-        par = plist[par]
-    return out[::-1]
-
-
-def path_to(parents: torch.Tensor, node: int) -> list[int]:
-    """The root-to-node path ending at ``node``: its ancestors, root first, then the node."""
-    return ancestors(parents, node) + [node]
-
-
 def children(parents: torch.Tensor) -> list[list[int]]:
     """children[i] = the nodes whose parent is i, in node order; index N holds the roots (parent -1)."""
     plist = check_parents(parents, ordered=False)
@@ -111,34 +85,3 @@ def depths(parents: torch.Tensor) -> torch.Tensor:
 def max_path_length(parents: torch.Tensor) -> int:
     """D = the number of nodes on the longest root-to-leaf path (0 for an empty tree)."""
     return int(depths(parents).max()) + 1 if len(parents) else 0
-
-
-def position_ids(parents: torch.Tensor, offset: int | torch.Tensor = 0) -> torch.Tensor:
-    """Position of each node: ``offset + depth``; siblings share a position (alternatives for one slot).
-
-    offset: an int (the cached length) -> (N,); or (B,) per-row cached lengths -> (B, N).
-    """
-    d = depths(parents)  # (N,)
-    if isinstance(offset, torch.Tensor) and offset.ndim == 1:
-        return offset.to(d.device).long()[:, None] + d  # (B, N)
-    return d + int(offset)  # (N,)
-
-
-def tree_mask(parents: torch.Tensor) -> torch.Tensor:
-    """(N, N) bool: mask[i, j] is True iff node j is node i or one of its ancestors."""
-    plist = check_parents(parents)
-    mask = torch.eye(len(plist), dtype=torch.bool)
-    for i, par in enumerate(plist):
-        if par >= 0:
-            mask[i] |= mask[par]
-    return mask.to(parents.device)
-
-
-def attention_mask(parents: torch.Tensor, context_length: int = 0) -> torch.Tensor:
-    """(N, T + N) bool: what each node attends to when T tokens are already cached: the whole
-    context, and among the N new columns itself and its ancestors only."""
-    if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 0:
-        raise ValueError(f"context_length must be an int >= 0, got {context_length!r}")
-    new = tree_mask(parents)  # (N, N)
-    ctx = torch.ones(len(parents), context_length, dtype=torch.bool, device=new.device)  # (N, T)
-    return torch.cat([ctx, new], dim=1)  # (N, T + N)

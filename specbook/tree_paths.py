@@ -2,6 +2,7 @@
 
 Shape legend: N tree nodes, P root-to-leaf paths, D longest path (max depth + 1).
 
+* :func:`ancestors`, :func:`path_to`: the nodes above one node (any node order);
 * :func:`leaf_paths`, :func:`path_table`: every root-to-leaf path (``path_table`` is Medusa's
   "retrieve indices" without the root);
 * :func:`topological_order`: renumber arbitrary parent links into the order :mod:`specbook.tree`
@@ -12,12 +13,38 @@ Shape legend: N tree nodes, P root-to-leaf paths, D longest path (max depth + 1)
 """
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from .tree import ancestors, check_parents, children
+from .tree import check_parents, children
+
+
+def _node(node, n: int) -> int:
+    try:
+        index = operator.index(node)
+    except TypeError:
+        index = None
+    if index is None or isinstance(node, bool) or not 0 <= index < n:
+        raise ValueError(f"node must be an int in [0, {n}), got {node!r}")
+    return index
+
+
+def ancestors(parents: torch.Tensor, node: int) -> list[int]:
+    """Indices of node's ancestors, root first (the node itself excluded); any node order."""
+    plist = check_parents(parents, ordered=False)
+    out, par = [], plist[_node(node, len(plist))]
+    while par >= 0:
+        out.append(par)
+        par = plist[par]
+    return out[::-1]
+
+
+def path_to(parents: torch.Tensor, node: int) -> list[int]:
+    """The root-to-node path ending at ``node``: its ancestors, root first, then the node."""
+    return ancestors(parents, node) + [node]
 
 
 def leaf_paths(parents: torch.Tensor) -> list[list[int]]:

@@ -14,7 +14,7 @@ import torch
 
 from .sampling import sample
 from .tree import depths, max_path_length
-from .validate import check_tree_block
+from .validate import check_block
 from .verify import emit, work_dtype
 
 
@@ -47,7 +47,7 @@ def typical_acceptance(
     the low-probability tokens that fall under the threshold).  ``draft_probs`` are not needed.
     Returns ``(tokens, num_emitted, path)`` like :func:`verify_tree`.
     """
-    check_tree_block(target_probs, None, draft_tokens, parents)
+    check_block(target_probs, None, draft_tokens, parents)
     for name, val in (("epsilon", epsilon), ("delta", delta)):
         if not isinstance(val, (int, float)) or isinstance(val, bool) or not math.isfinite(val) or val < 0:
             raise ValueError(f"{name} must be a finite number >= 0, got {val!r}")

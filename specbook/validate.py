@@ -1,14 +1,11 @@
-"""The checks: every value a drafter, a target or a caller hands in is checked here, once.
+"""Every check in specbook: what a drafter, a target or a caller hands in, checked once.
 
 Shape legend: B batch (live rows), K draft tokens (chain length or tree nodes), V vocab, T prompt length.
 
-A drafter written by a student, or a target wrapping another library, can hand back a tensor of
-the wrong shape, a token outside the vocabulary, a tree whose node is its own parent, or a draft
-law that gives its own token probability zero.  Left alone, each either crashes deep inside torch
-or silently breaks the lossless guarantee (q(x) = 0 makes p(x)/q(x) infinite: x is always
-accepted).  The decode loop checks at its door, naming who produced the value; the functions a
-student or the checker calls directly (``verify_chain``, ``verify_tree``, ...) use the same
-helpers, with the same tolerances, on their arguments.
+A bad value either crashes deep inside torch or silently breaks the lossless guarantee (a draft
+with q(x) = 0 makes p(x)/q(x) infinite: x is always accepted).  The decode loop checks at its door,
+naming who produced the value; the functions called directly (``verify_chain``, ``verify_tree``,
+``logits_to_probs``) use the same helpers, with the same tolerances, on their arguments.
 """
 from __future__ import annotations
 
@@ -36,12 +33,10 @@ def check_shape(name: str, x: torch.Tensor, shape: tuple, why: str = "") -> None
         raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}{why}")
 
 
-def check_tokens(name: str, tokens, vocab_size: int, shape: tuple | None = None) -> None:
+def check_tokens(name: str, tokens, vocab_size: int) -> None:
     """An integer tensor (bool refused: True is not token 1) of ids in [0, vocab_size)."""
     if not isinstance(tokens, torch.Tensor) or tokens.dtype not in INT_DTYPES:
         raise ValueError(f"{name} must be an integer tensor of token ids, got {describe(tokens)}")
-    if shape is not None:
-        check_shape(name, tokens, shape)
     if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= vocab_size):
         raise ValueError(f"{name} has token ids outside the vocabulary [0, {vocab_size}): "
                          f"min {int(tokens.min())}, max {int(tokens.max())}")
@@ -87,9 +82,14 @@ def check_logits(name: str, logits, shape: tuple | None = None, greedy: bool = F
         raise ValueError(f"{name}{where} is -inf everywhere: no token is possible there")
 
 
-def check_block(target: torch.Tensor, draft_probs, draft_tokens, target_name: str = "target_probs",
+def check_block(target: torch.Tensor, draft_probs, draft_tokens, parents=None, target_name: str = "target_probs",
                 logits: bool = False) -> None:
-    """One verification block: ``target`` (B, K+1, V) against K drafts (draft_probs (B, K, V) or None)."""
+    """One verification block: ``target`` (B, K+1, V) against K drafts (draft_probs (B, K, V) or None),
+    a chain, or a tree of K nodes when ``parents`` is given (``target`` at the root and after each node)."""
+    N = None if parents is None else len(check_parents(parents))
+    if N is not None and isinstance(target, torch.Tensor) and target.ndim == 3 and target.shape[1] != N + 1:
+        raise ValueError(f"{target_name} has {target.shape[1]} positions but the tree has {N} nodes: "
+                         f"it needs N+1 = {N + 1} (the root, then one per node)")
     if logits:
         check_logits(target_name, target, greedy=True)
     else:
@@ -99,41 +99,29 @@ def check_block(target: torch.Tensor, draft_probs, draft_tokens, target_name: st
     B, K1, V = target.shape
     why = f": {target_name} {tuple(target.shape)} holds K+1 = {K1} positions, so K = {K1 - 1} drafts"
     for name, x, shape in (("draft_tokens", draft_tokens, (B, K1 - 1)), ("draft_probs", draft_probs, (B, K1 - 1, V))):
-        if name == "draft_tokens" or x is not None:
-            if not isinstance(x, torch.Tensor):
-                raise ValueError(f"{name} must be a tensor of shape {shape}, got {describe(x)}")
+        if not isinstance(x, torch.Tensor) and (x is not None or name == "draft_tokens"):
+            raise ValueError(f"{name} must be a tensor of shape {shape}, got {describe(x)}")
+        if x is not None:
             check_shape(name, x, shape, why)
     check_tokens("draft_tokens", draft_tokens, V)
     if draft_probs is not None:
         check_probs("draft_probs", draft_probs)
 
 
-def check_tree_block(target: torch.Tensor, draft_probs, draft_tokens, parents, target_name: str = "target_probs",
-                     logits: bool = False) -> None:
-    """A tree block: ``target`` (B, N+1, V) at the root and after each of the N nodes of ``parents``."""
-    N = len(check_parents(parents))
-    if isinstance(target, torch.Tensor) and target.ndim == 3 and target.shape[1] != N + 1:
-        raise ValueError(f"{target_name} has {target.shape[1]} positions but the tree has {N} nodes: "
-                         f"it needs N+1 = {N + 1} (the root, then one per node)")
-    check_block(target, draft_probs, draft_tokens, target_name, logits)
-
-
 # ----------------------------------------------------------------------------- the decode loop's door
 
 def _token_row(row, vocab_size: int, where: str) -> list[int]:
     """One prompt row as a list of ints in [0, V); bools, floats and empty rows are refused."""
-    if isinstance(row, torch.Tensor):
-        if row.dtype not in INT_DTYPES or row.ndim != 1:
-            raise TypeError(f"{where} must be a 1-D tensor of integer token ids, got {describe(row)}")
-        values = row.tolist()
-    elif isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+    if isinstance(row, torch.Tensor) and (row.dtype not in INT_DTYPES or row.ndim != 1):
+        raise TypeError(f"{where} must be a 1-D tensor of integer token ids, got {describe(row)}")
+    if isinstance(row, (str, bytes)) or not isinstance(row, (Sequence, torch.Tensor)):
         raise TypeError(f"{where} must be a sequence of token ids, got {describe(row)}")
-    else:
-        for v in row:
-            if (isinstance(v, bool) or not isinstance(v, int)) and not (
-                    isinstance(v, torch.Tensor) and v.ndim == 0 and v.dtype in INT_DTYPES):
-                raise TypeError(f"{where} must hold integer token ids, got the element {v!r}")
-        values = [int(v) for v in row]
+    values = row.tolist() if isinstance(row, torch.Tensor) else list(row)
+    for v in values:
+        if (isinstance(v, bool) or not isinstance(v, int)) and not (
+                isinstance(v, torch.Tensor) and v.ndim == 0 and v.dtype in INT_DTYPES):
+            raise TypeError(f"{where} must hold integer token ids, got the element {v!r}")
+    values = [int(v) for v in values]
     if not values:
         raise ValueError(f"{where} is empty: every prompt needs at least one token")
     if min(values) < 0 or max(values) >= vocab_size:
@@ -141,26 +129,18 @@ def _token_row(row, vocab_size: int, where: str) -> list[int]:
     return values
 
 
+def _is_row(x) -> bool:
+    return (isinstance(x, torch.Tensor) and x.ndim > 0) or (isinstance(x, Sequence) and not isinstance(x, (str, bytes)))
+
+
 def prompt_rows(prompt, vocab_size: int) -> list[list[int]]:
     """A (T,) or (B, T) integer tensor, a list of ints (one row), or a list of rows of any lengths
     (each a list of ints or a 1-D integer tensor), as one list of token ids per row."""
-    if isinstance(prompt, torch.Tensor):
-        if prompt.ndim == 1:
-            return [_token_row(prompt, vocab_size, "prompt")]
-        if prompt.ndim != 2 or prompt.shape[0] == 0:
-            raise ValueError(f"prompt must be a (T,) or (B, T) tensor or a list of rows, got {describe(prompt)}")
-        if prompt.dtype not in INT_DTYPES:
-            raise TypeError(f"prompt must hold integer token ids, got {describe(prompt)}")
+    if isinstance(prompt, torch.Tensor) and (prompt.ndim not in (1, 2) or prompt.ndim == 2 and len(prompt) == 0):
+        raise ValueError(f"prompt must be a (T,) or (B, T) tensor or a list of rows, got {describe(prompt)}")
+    if _is_row(prompt) and len(prompt) and _is_row(prompt[0]):  # several rows
         return [_token_row(r, vocab_size, f"prompt[{b}]") for b, r in enumerate(prompt)]
-    if isinstance(prompt, (str, bytes)) or not isinstance(prompt, Sequence):
-        raise TypeError(f"prompt must be a token tensor or a list of token rows, got {describe(prompt)}")
-    if len(prompt) == 0:
-        raise ValueError("prompt is empty: give at least one token")
-    first = prompt[0]
-    if not ((isinstance(first, torch.Tensor) and first.ndim > 0)
-            or (isinstance(first, Sequence) and not isinstance(first, (str, bytes)))):
-        return [_token_row(prompt, vocab_size, "prompt")]  # a flat list of ids: one row
-    return [_token_row(r, vocab_size, f"prompt[{b}]") for b, r in enumerate(prompt)]
+    return [_token_row(prompt, vocab_size, "prompt")]  # one row
 
 
 def eos_ids(eos_token_id, vocab_size: int) -> frozenset[int]:
@@ -182,12 +162,9 @@ def check_count(name: str, value, minimum: int) -> None:
 
 
 def check_budget(target, rows: list[list[int]], max_new_tokens: int) -> None:
-    """Refuse, before any work, a request that cannot fit in the target's context.
-
-    The cache holds every emitted token but the last, so a row needs ``len(prompt) + max_new_tokens
-    - 1`` slots; speculation needs no more, because the loop never asks for drafts past a row's
-    budget.  A target without ``max_length`` has no limit.
-    """
+    """Refuse, before any work, a request that cannot fit in the target's ``max_length`` (if any): the
+    cache holds every emitted token but the last, so a row needs len(prompt) + max_new_tokens - 1
+    slots; speculation needs no more (no drafts are asked past a row's budget)."""
     limit = getattr(target, "max_length", None)
     need = max(len(r) for r in rows) + max_new_tokens - 1
     if limit is not None and need > limit:

@@ -4,21 +4,16 @@ Shape legend: B batch, K draft length, V vocab.
 
 Leviathan, Kalman & Matias, "Fast Inference from Transformers via Speculative Decoding" (ICML
 2023), Algorithm 1; Chen et al., "Accelerating Large Language Model Decoding with Speculative
-Sampling" (2023), Algorithm 2.  For a draft token x drawn from q, with target law p at the same
-position:
+Sampling" (2023), Algorithm 2.  For a draft token x drawn from q, target law p at its position:
 
     accept x with probability min(1, p(x) / q(x))
     on rejection emit z ~ max(0, p - q) / sum(max(0, p - q))      (the residual)
 
-Then P(emit z) = p(z) exactly, whatever q is (see :mod:`specbook.laws`).  A chain of K drafts is
-verified left to right and stops at the first rejection; if all K survive, one *bonus* token is
-drawn from p at position K, which the single verification pass has already computed.
-
-``target_probs`` are p, ``draft_probs`` are q; ``draft_probs=None`` means deterministic drafts
-(q one-hot on the drafted token: n-gram lookup, greedy drafting).  Every random draw comes from
-``generator``.  ``verify_*`` check their arguments (:mod:`specbook.validate`); ``accept_*`` are
-the same algorithms on inputs already checked, as the decode loop calls them.  Ragged drafts and
-one generator per row, for serving engines, are in :mod:`specbook.verify_serving`.
+Then P(emit z) = p(z) whatever q is (:mod:`specbook.laws`).  A chain stops at its first rejection;
+if all K drafts survive, one *bonus* token comes from p at position K, already computed by the
+same pass.  ``draft_probs=None`` means deterministic drafts (q one-hot on the drafted token).
+``verify_*`` check their arguments; ``accept_*`` run on inputs already checked, as the decode loop
+calls them.  Ragged drafts and per-row generators: :mod:`specbook.verify_serving`.
 """
 from __future__ import annotations
 
@@ -34,12 +29,8 @@ def work_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
 
 
 def residual(target_probs: torch.Tensor, draft_probs: torch.Tensor) -> torch.Tensor:
-    """max(0, p - q), normalised over the last dim (..., V).
-
-    When p == q the residual has no mass, but then a rejection has probability 0, so in exact
-    arithmetic it is never used; if rounding ever makes such a rejection happen, p is returned
-    instead of a division by zero: the output stays on the target's support, never NaN.
-    """
+    """max(0, p - q), normalised over the last dim (..., V).  With p == q it has no mass, but then a
+    rejection has probability 0; should rounding make one happen, p is returned (never NaN)."""
     diff = (target_probs - draft_probs).clamp_min(0)  # (..., V)
     mass = diff.sum(-1, keepdim=True)  # (..., 1)
     return torch.where(mass > 0, diff / mass.clamp_min(torch.finfo(diff.dtype).tiny), target_probs)
@@ -54,10 +45,8 @@ def laws(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_tok
 
 
 def accepts(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """(B, K) bool: u * q(x) < p(x), i.e. accept with probability min(1, p(x)/q(x)).
-
-    The strict "<" never accepts a token with p(x) = 0, even when u == 0, and accepts a draft with
-    q(x) = 0 < p(x) (min(1, p/0) = 1)."""
+    """(B, K) bool: u * q(x) < p(x), i.e. accept with probability min(1, p(x)/q(x)); the strict "<"
+    never accepts p(x) = 0, even when u == 0, and accepts q(x) = 0 < p(x) (min(1, p/0) = 1)."""
     p_x = p[:, : x.shape[1]].gather(-1, x[..., None])[..., 0]  # (B, K)
     q_x = q.gather(-1, x[..., None])[..., 0]  # (B, K)
     return u * q_x < p_x
@@ -97,18 +86,10 @@ def verify_chain(
     draft_tokens: torch.Tensor,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Verify a chain of K drafted tokens per row in one go.
-
-    Args:
-        target_probs: (B, K+1, V) target law at each draft position plus the bonus position.
-        draft_probs:  (B, K, V) the law each draft was sampled from, or None (one-hot drafts).
-        draft_tokens: (B, K) integer.
-        generator: source of every random draw: a (B, K) block of uniforms, then one categorical per row.
-
-    Returns:
-        tokens: (B, K+1) long: the accepted draft prefix, then one corrected or bonus token, then -1.
-        num_emitted: (B,) long in 1..K+1.
-    """
+    """Verify K drafted tokens per row: target_probs (B, K+1, V) (the bonus position last), draft_probs
+    (B, K, V) or None, draft_tokens (B, K).  Every draw comes from ``generator``: a (B, K) block of
+    uniforms, then one categorical per row.  Returns (tokens (B, K+1): the accepted drafts, one
+    corrected or bonus token, then -1; num_emitted (B,) in 1..K+1)."""
     check_block(target_probs, draft_probs, draft_tokens)
     return accept_chain(target_probs, draft_probs, draft_tokens, generator)
 
@@ -144,11 +125,8 @@ def accept_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tu
 
 
 def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Greedy (temperature 0) verification: accept drafts while they equal the target's argmax.
-
-    target_logits: (B, K+1, V) logits or probabilities (only the argmax matters).  Returns (tokens,
-    num_emitted) as :func:`verify_chain` does; no randomness.  NaN, +inf, and a row of only -inf
-    (where the argmax would be an arbitrary 0) are refused.
-    """
-    check_block(target_logits, None, draft_tokens, "target_logits", logits=True)
+    """Greedy (temperature 0) verification: accept drafts while they equal the argmax of target_logits
+    (B, K+1, V); returns (tokens, num_emitted) as :func:`verify_chain`.  NaN and rows of only -inf
+    (whose argmax would be an arbitrary 0) are refused."""
+    check_block(target_logits, None, draft_tokens, target_name="target_logits", logits=True)
     return accept_greedy(target_logits, draft_tokens)

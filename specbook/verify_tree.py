@@ -1,59 +1,27 @@
 """Tree verification: one target pass scores every node; walk down the tree accepting one child per level.
 
-Shape legend: B batch, N tree nodes, V vocab, D = max depth + 1 (the longest root-to-leaf path),
-C = most children of any node.
+Shape legend: B batch, N tree nodes, V vocab, D longest root-to-leaf path, C most children of a node.
 
-Index conventions (the same as :mod:`specbook.tree` and ``Target.forward(tokens, parents)``):
+``parents`` (N,): topological order, -1 = child of the root (the pending token).  ``target_probs``
+(B, N+1, V): the law at the root, then after each node.  ``draft_probs`` (B, N, V) or None: the law
+each node was drawn from (None: deterministic candidates, e.g. top-k lists).  Every verifier
+returns ``tokens`` (B, D+1) (the accepted path, one corrected or bonus token, then -1),
+``num_emitted`` (B,) and ``path`` (B, D), the accepted nodes root first, -1 padded.
 
-* ``parents`` (N,) long, topological order, ``-1`` = child of the root.  The *root* is the
-  position whose next-token distribution is the first new token's: in the decoding loop,
-  the pending token.  Siblings are tried in node order.
-* ``target_probs`` (B, N+1, V): index 0 is the root's distribution (the first new token);
-  index ``i+1`` is the distribution after node i (for node i's children, or the bonus
-  token if node i is a leaf).  This is exactly what a target returns for the tokens
-  ``[pending] + draft_tokens`` with parents ``[-1] + (parents + 1, -1 -> 0)``.
-* ``draft_probs`` (B, N, V) or None: row i is the distribution node i's token was drawn
-  from.  Siblings drawn i.i.d. from one distribution share the same row; siblings drawn
-  from different rows must still be drawn *independently* of each other.  ``None`` means
-  deterministic candidates (q one-hot on the token): top-k lists, n-gram guesses.
-* ``draft_tokens`` (B, N) long.
-
-Every verifier returns ``(tokens, num_emitted, path)``:
-
-* ``tokens`` (B, D+1) long: the accepted path's tokens, then one corrected or bonus token,
-  then -1 padding;  ``num_emitted`` (B,) in 1..D+1;
-* ``path`` (B, D) long: the accepted node indices, root first, padded with -1 (row b has
-  ``num_emitted[b] - 1`` of them).  After the target pass, keep the root and nodes
-  ``path + 1`` in the KV cache (``Target.keep``).
-
-The lossless rule, :func:`verify_tree`, is multi-candidate rejection sampling ("multi-step
-speculative sampling", Miao et al., SpecInfer, ASPLOS 2024; Yang et al., "Multi-candidate
-speculative decoding", arXiv:2401.06706, 2024).  At the current node, with target
-distribution p and children c_1, c_2, ... in node order:
+The lossless rule is multi-candidate rejection sampling (Miao et al., SpecInfer, ASPLOS 2024;
+Yang et al., arXiv:2401.06706).  At a node with target law p and children c_1, c_2, ...:
 
     for each child c_j (token x_j drawn from q_j):
         accept c_j with probability min(1, p(x_j) / q_j(x_j)) -> move to c_j, start over there
         on rejection: p <- max(0, p - q_j) / sum(max(0, p - q_j))      (the residual)
     no child accepted (or a leaf): emit one token from the current p and stop.
 
-Why it is exact: after sibling j is rejected, the next sibling is an independent draw, so
-the single-position proof (:mod:`specbook.laws`) applies again to (residual, q_{j+1}); by
-induction over siblings P(emit z here) = p(z), and by induction over depth the whole block
-is a sample from the target (checked exactly in :mod:`specbook.tree_laws`).  With
-deterministic candidates q_j is one-hot, so "accept with probability p(x_j)", and the
-residual is p with x_j zeroed and renormalised: sampling the top-k *without replacement*.
-
-Two consequences a drafter must respect (both tested):
-
-* ``draft_probs=None`` is exact for *any* candidates that do not depend on the verifier's
-  randomness, even sampled ones; passing the true q only raises acceptance
-  (sum min(p, q) >= sum p q).
-* Passing a q row for candidates that were *not* independent draws from it (a head's top-k,
-  or siblings drawn without replacement to avoid duplicates) biases the output.
-
-:func:`verify_tree_greedy` is the temperature-0 rule (follow the child equal to the target's
-argmax).  ``verify_*`` check their arguments; ``accept_*`` run on inputs already checked, as the
-decode loop calls them.  Medusa's lossy typical acceptance is in :mod:`specbook.typical`.
+After sibling j is rejected the next sibling is an independent draw, so the one-position proof
+applies again to (residual, q_{j+1}); by induction the block is a sample from the target (exactly:
+:mod:`specbook.tree_laws`).  With q_j one-hot the rule samples the top-k without replacement; a q
+row reported for candidates that were not independent draws from it biases the output (tested).
+``verify_*`` check their arguments; ``accept_*`` run on checked inputs, as the decode loop calls
+them.  Medusa's lossy typical acceptance: :mod:`specbook.typical`.
 """
 from __future__ import annotations
 
@@ -61,7 +29,7 @@ import torch
 
 from .sampling import sample
 from .tree import check_parents, children, depths
-from .validate import check_tree_block
+from .validate import check_block
 from .verify import emit, residual, work_dtype
 
 __all__ = ["verify_tree", "verify_tree_greedy", "accept_tree", "accept_tree_greedy", "child_table", "keep_indices"]
@@ -142,19 +110,10 @@ def verify_tree(
     parents: torch.Tensor,
     generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Lossless tree verification (multi-candidate rejection sampling over siblings; see module doc).
-
-    Args:
-        target_probs: (B, N+1, V) p at the root and after every node.
-        draft_probs:  (B, N, V) the law each node was drawn from, or None (deterministic).
-        draft_tokens: (B, N) integer.
-        parents:      (N,) long, topological order, -1 = child of the root.
-        generator: source of every random draw: one uniform per node (drawn up front, used at
-            most once), then one categorical per row for the final token.
-
-    Returns ``(tokens (B, D+1), num_emitted (B,), path (B, D))`` as described in the module doc.
-    """
-    check_tree_block(target_probs, draft_probs, draft_tokens, parents)
+    """Lossless tree verification (see the module doc for the arguments and the result).  Every draw
+    comes from ``generator``: one uniform per node (drawn up front, used at most once), then one
+    categorical per row for the final token."""
+    check_block(target_probs, draft_probs, draft_tokens, parents)
     return accept_tree(target_probs, draft_probs, draft_tokens, parents, generator)
 
 
@@ -189,12 +148,8 @@ def verify_tree_greedy(
     draft_tokens: torch.Tensor,
     parents: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Greedy (temperature 0) tree verification: follow the first child equal to the target's argmax.
-
-    target_logits: (B, N+1, V) logits or probabilities (only the argmax matters; first index on
-    ties, as in greedy autoregressive decoding).  Every emitted token is the argmax after the
-    tokens before it, so the output equals greedy decoding token for token; the tree only decides
-    how many come out of one pass.  No randomness.  Returns ``(tokens, num_emitted, path)``.
-    """
-    check_tree_block(target_logits, None, draft_tokens, parents, "target_logits", logits=True)
+    """Greedy tree verification: follow the first child equal to the argmax of target_logits (B, N+1, V).
+    Every emitted token is the argmax after the tokens before it, so the output equals greedy decoding
+    token for token; the tree only decides how many come out of one pass."""
+    check_block(target_logits, None, draft_tokens, parents, "target_logits", logits=True)
     return accept_tree_greedy(target_logits, draft_tokens, parents)

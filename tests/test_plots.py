@@ -16,7 +16,7 @@ from specbook.drafters import DraftModelDrafter
 from specbook.teach import plots, rules
 from specbook.teach.trace import trace_speculative
 from specbook.toy import make_toy_pair
-from specbook.tree import attention_mask
+from specbook.tree_attention import attention_mask
 from specbook.tree_paths import from_paths
 
 REPO = Path(__file__).resolve().parents[1]

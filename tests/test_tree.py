@@ -4,9 +4,9 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from specbook.toy import MarkovLM, random_transitions
-from specbook.tree import (ancestors, attention_mask, chain_parents, check_parents, children, depths,
-                           max_path_length, path_to, position_ids, tree_mask)
-from specbook.tree_paths import ChoiceTree, from_paths, leaf_paths, path_table, topological_order
+from specbook.tree import chain_parents, check_parents, children, depths, max_path_length
+from specbook.tree_attention import attention_mask, position_ids, tree_mask
+from specbook.tree_paths import ChoiceTree, ancestors, from_paths, leaf_paths, path_table, path_to, topological_order
 
 SETTINGS = settings(derandomize=True, max_examples=100, deadline=None)
 

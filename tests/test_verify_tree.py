@@ -17,8 +17,8 @@ from specbook.laws import block_law
 from specbook.protocols import Draft
 from specbook.sampling import GREEDY, SamplingParams, logits_to_probs, sample
 from specbook.toy import make_toy_pair
-from specbook.tree import chain_parents, children, max_path_length, path_to
-from specbook.tree_paths import from_paths
+from specbook.tree import chain_parents, children, max_path_length
+from specbook.tree_paths import from_paths, path_to
 from specbook.tree_laws import (autoregressive_law, extend_law, total_variation, tree_block_law, tree_model_law,
                                 typical_block_law)
 from specbook.verify import verify_chain, verify_greedy

@@ -65,12 +65,12 @@ assert torch.equal(tree_mask(tree), expected), tree_mask(tree)
 ### BEGIN HIDDEN TESTS
 # Short tracebacks: the feedback shows the failure, not this cell's source.
 # %xmode Minimal
-import specbook.tree
+import specbook.tree_attention
 
 g = torch.Generator().manual_seed(3)
 for n in range(1, 30):
     parents = torch.tensor([int(torch.randint(-1, i, (), generator=g)) for i in range(n)])
-    assert torch.equal(tree_mask(parents), specbook.tree.tree_mask(parents)), parents
+    assert torch.equal(tree_mask(parents), specbook.tree_attention.tree_mask(parents)), parents
 for bad in ([0], [-1, 1], [-1, 0, 5], [-2]):
     try:
         tree_mask(torch.tensor(bad))
@@ -101,7 +101,7 @@ assert tree_position_ids(torch.tensor([-1, -1, 0, 0, 1]), 7).tolist() == [7, 7, 
 g = torch.Generator().manual_seed(4)
 for n in range(1, 30):
     parents = torch.tensor([int(torch.randint(-1, i, (), generator=g)) for i in range(n)])
-    assert torch.equal(tree_position_ids(parents, 5).long(), specbook.tree.position_ids(parents, 5)), parents
+    assert torch.equal(tree_position_ids(parents, 5).long(), specbook.tree_attention.position_ids(parents, 5)), parents
 ### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "attn_text", "locked": true, "schema_version": 3, "solution": false}

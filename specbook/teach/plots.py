@@ -19,7 +19,9 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from .. import theory
-from ..tree import attention_mask, check_parents, children, depths, path_to
+from ..tree import check_parents, children, depths
+from ..tree_attention import attention_mask
+from ..tree_paths import path_to
 from .html import KIND_COLOURS
 from .trace import Trace
 
