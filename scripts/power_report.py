@@ -2,7 +2,7 @@
 
     python scripts/power_report.py [--seeds 20] [--no-progress] [--json PATH]
 
-For every broken twin in tests/chain_variants.py, runs the same chi-square test as
+For every broken twin in specbook/grading/twins.py, runs the same chi-square test as
 tests/test_verify_stats.py over many seeds and reports the detection rate, plus the
 noncentral-chi-square power computed from the twin's law (estimated from 10^6 draws).
 Writes a Markdown table to stdout; a progress bar over the rows goes to stderr on a terminal
@@ -22,14 +22,12 @@ import time
 import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "scripts")]  # this checkout's specbook, tests, scripts
-
-from chain_variants import BROKEN_TWINS, chain_verifier  # noqa: E402
-from statfamily import PER_TEST_ALPHA, fit_pvalue, law_and_counts  # noqa: E402
-from test_verify_stats import N, TWIN_CASES, run  # noqa: E402
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]  # this checkout's specbook, and scripts
 
 from docs_tables import POWER, power_footer, power_header, power_row  # noqa: E402
 from specbook.cliargs import positive_int, writable_file  # noqa: E402
+from specbook.grading.twins import (BROKEN_TWINS, N, PER_TEST_ALPHA, TWIN_CASES, chain_verifier,  # noqa: E402
+                                    fit_pvalue, law_and_counts, run)
 from specbook.machine import load_average, machine_info  # noqa: E402
 from specbook.progress import progress_bar  # noqa: E402
 from specbook.stats import chisquare_power  # noqa: E402

@@ -6,7 +6,8 @@ os.environ.setdefault("SPECBOOK_FAST", "1")
 
 
 def pytest_sessionfinish(session, exitstatus):
-    from statfamily import FAMILY_BUDGET, USED  # noqa: E402
+    from specbook.grading.twins import FAMILY_BUDGET
+    from statfamily import USED
 
     if USED:
         print(f"\nstatistical family: {len(USED)} chi-square tests of correct code (budget {FAMILY_BUDGET}, family-wise false-alarm rate <= 1e-3)")

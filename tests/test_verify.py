@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from chain_variants import chain_verifier
+from specbook.grading.twins import chain_verifier
 from specbook.sampling import GREEDY, logits_to_probs
 from specbook.laws import block_law
 from specbook.verify import residual, verify_chain, verify_greedy, verify_token

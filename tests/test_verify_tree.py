@@ -24,7 +24,8 @@ from specbook.tree_laws import (autoregressive_law, extend_law, total_variation,
 from specbook.verify import verify_chain, verify_greedy
 from specbook.typical import typical_acceptance
 from specbook.verify_tree import keep_indices, verify_tree, verify_tree_greedy
-from statfamily import check_fit, check_rejects, encode_blocks
+from specbook.grading.twins import encode_blocks
+from statfamily import check_fit, check_rejects
 from tree_variants import BROKEN_TWINS, tree_verifier
 
 N_BLOCKS = 40_000  # rows per block-law case, drawn in one batched call
