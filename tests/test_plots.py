@@ -65,7 +65,10 @@ def test_plot_speedup_marks_the_optimal_gamma():
 def test_plot_break_even_draws_break_even_cost():
     fig = plots.plot_break_even(gammas=(2, 4))
     ax = fig.axes[0]
-    for line, g in zip(ax.lines, (2, 4)):
+    # the count first: a zip over no lines would check nothing and pass
+    assert [line.get_label() for line in ax.lines] == ["γ = 2", "γ = 4"]
+    for line, g in zip(ax.lines, (2, 4), strict=True):
+        assert len(line.get_xdata()) > 1
         np.testing.assert_allclose(line.get_ydata(), theory.break_even_cost(line.get_xdata(), g))
 
 
