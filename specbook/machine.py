@@ -6,7 +6,7 @@ thread under a niceness of 19 beside another job is not a quiet machine's timing
 says so itself: the niceness, ``OMP_NUM_THREADS`` and the load average at the start (and, from
 :func:`load_average`, at the end) are recorded with the rest.
 
-    info = machine_info()          # at the start of a run
+    info = machine_info()          # at the start of a run (machine_info("cuda:0"): and the device used)
     info["load_average_end"] = load_average()
 """
 from __future__ import annotations
@@ -42,9 +42,10 @@ def _version(package: str) -> str | None:
         return None
 
 
-def machine_info() -> dict:
-    """CPU, threads, niceness, load and the versions that matter, for the ``machine`` key of a report."""
-    return {
+def machine_info(device: str | torch.device | None = None) -> dict:
+    """CPU, threads, niceness, load and the versions that matter, for the ``machine`` key of a report;
+    with ``device``, also the device the run used (and the GPU's name on CUDA)."""
+    info = {
         "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "logical_cores": os.cpu_count(),
@@ -59,3 +60,8 @@ def machine_info() -> dict:
         "platform": platform.platform(),
         "load_average_start": load_average(),
     }
+    if device is not None:
+        info["device"] = str(device)
+        if torch.device(device).type == "cuda":
+            info["gpu"] = torch.cuda.get_device_name(torch.device(device))
+    return info

@@ -1,4 +1,4 @@
-"""Batching versus speculation: the load-aware scheduler, the batch command's accounting, and per-row
+"""Batching versus speculation: the load-aware adaptive policy, the batch command's accounting, and per-row
 losslessness of batched speculation on the real model (batch 1 to 16, prompts of different lengths)."""
 from __future__ import annotations
 
@@ -10,11 +10,15 @@ import pytest
 import torch
 
 from specbook.bench import batch as batch_cmd
-from specbook.bench.batch_costs import roofline_crossover, roofline_speedup
+from specbook.bench.batch_calibration import LoopCosts, PinnedGamma, measure_loop_costs, straight
+from specbook.bench.batch_costs import (adaptive_vs_best, crossovers, measured_hardware, roofline_crossover,
+                                        roofline_speedup)
+from specbook.bench.batch_runs import PrefillOnce, Run, StepLog, side_by_side
 from specbook.bench.batch_traces import WindowAcceptance
+from specbook.costs import BatchCosts
 from specbook.decode import generate, speculative_generate
-from specbook.drafters import DraftModelDrafter, NGramDrafter
-from specbook.drafters.scheduler import BatchCosts, BatchScheduler
+from specbook.drafters import AdaptiveGamma, DraftModelDrafter, GammaPolicy, NGramDrafter
+from specbook.drafters.adaptive import best_gamma, chain_expected
 from specbook.protocols import Draft
 from specbook.sampling import GREEDY
 from specbook.toy import make_toy_pair
@@ -22,6 +26,23 @@ from specbook.toy import make_toy_pair
 PROMPTS = [[1, 2, 3, 1, 2], [4], [2, 2, 5, 1, 2, 3, 1, 2, 3], [3, 1], [5, 5, 5, 5, 5, 5, 5]]
 FLAT = {1: (1.0, 1.02, 1.04, 1.06, 1.08)}  # verification nearly free: speculate
 STEEP = {1: (1.0, 1.02, 1.04, 1.06, 1.08), 4: (1.0, 2.0, 3.0, 4.0, 5.0)}  # at 4 rows a position costs a pass
+
+
+def sched(drafter, costs, *, shadow=False, **settings) -> AdaptiveGamma:
+    """The adaptive policy priced by ``costs``, load-aware as the batch command runs it (free to stop
+    drafting, decay 0.95, margin 0.2) and probing after 16 idle steps, unless ``settings`` say otherwise."""
+    policy = {"decay": 0.95, "min_gamma": 0, "margin": 0.2, "probe_every": 16, **settings}
+    return AdaptiveGamma(drafter, GammaPolicy(costs=costs, **policy), shadow)
+
+
+def best(costs, alpha, batch, ceiling, **kw) -> int:
+    """The best gamma for one acceptance rate at every draft position."""
+    return best_gamma(costs, batch, ceiling, chain_expected(alpha), **kw)
+
+
+def speedup(costs, alpha, gamma, batch) -> float:
+    """S_B(alpha, gamma) = E(alpha, gamma) / (gamma c_B + v_B(gamma + 1))."""
+    return chain_expected(alpha)(gamma) / costs.step(batch, gamma)
 
 
 def test_costs_interpolate_and_refuse_bad_tables():
@@ -68,28 +89,28 @@ def test_measured_costs_on_a_tiny_model():
 
 def test_best_gamma_follows_load_and_acceptance():
     costs = BatchCosts(STEEP, 0.0)
-    assert costs.best_gamma(0.8, 1, 4) == 4  # idle arithmetic, good drafts: draft the ceiling
-    assert costs.best_gamma(0.8, 4, 4) == 0  # every position costs a full pass: speculation off
-    assert costs.best_gamma(0.01, 1, 4) == 0 or costs.speedup(0.01, costs.best_gamma(0.01, 1, 4), 1) > 1
-    assert BatchCosts(FLAT, 0.5).best_gamma(0.3, 1, 4) == 0  # a costly draft with poor acceptance
+    assert best(costs, 0.8, 1, 4) == 4  # idle arithmetic, good drafts: draft the ceiling
+    assert best(costs, 0.8, 4, 4) == 0  # every position costs a full pass: speculation off
+    assert best(costs, 0.01, 1, 4) == 0 or speedup(costs, 0.01, best(costs, 0.01, 1, 4), 1) > 1
+    assert best(BatchCosts(FLAT, 0.5), 0.3, 1, 4) == 0  # a costly draft with poor acceptance
 
 
 def test_margin_keeps_speculation_off_where_the_predicted_gain_is_small():
     costs = BatchCosts({1: (1.0, 1.2)}, 0.0)
-    s = costs.speedup(0.3, 1, 1)  # E(0.3, 1) / v(2) = 1.3 / 1.2: a 8% gain on paper
+    s = speedup(costs, 0.3, 1, 1)  # E(0.3, 1) / v(2) = 1.3 / 1.2: a 8% gain on paper
     assert 1.0 < s < 1.1
-    assert costs.best_gamma(0.3, 1, 1) == 1 and costs.best_gamma(0.3, 1, 1, margin=0.1) == 0
-    assert costs.best_gamma(0.9, 1, 1, margin=0.1) == 1  # a large gain clears the margin
-    # The scheduler's margin grows with the batch (per-row work the model leaves out): none at B = 1.
+    assert best(costs, 0.3, 1, 1) == 1 and best(costs, 0.3, 1, 1, margin=0.1) == 0
+    assert best(costs, 0.9, 1, 1, margin=0.1) == 1  # a large gain clears the margin
+    # The policy's margin grows with the batch (per-row work the model leaves out): none at B = 1.
     target, _ = make_toy_pair(6, 1, match=0.8, seed=2)
     for rows, drafts in ((1, True), (4, False)):
-        sched = BatchScheduler(NGramDrafter(), BatchCosts({1: (1.0, 1.2)}), shadow=True, prior=1e6,
-                               prior_alpha=0.3, margin=0.2)  # alpha held at 0.3: S = 1.08 for gamma 1
-        speculative_generate(target, sched, PROMPTS[:rows], 6, params=GREEDY, gamma=1)
-        assert any(s.gamma for s in sched.steps) == drafts
+        policy = sched(NGramDrafter(), BatchCosts({1: (1.0, 1.2)}), shadow=True, prior=1e6,
+                       prior_alpha=0.3, margin=0.2)  # alpha held at 0.3: S = 1.08 for gamma 1
+        speculative_generate(target, policy, PROMPTS[:rows], 6, params=GREEDY, gamma=1)
+        assert any(s.gamma for s in policy.steps) == drafts
     for bad in (-0.1, "0.1", float("nan")):
         with pytest.raises(ValueError, match="margin"):
-            BatchScheduler(NGramDrafter(), costs, margin=bad)
+            GammaPolicy(costs=costs, margin=bad)
 
 
 class _HalfMatched:
@@ -103,17 +124,17 @@ class _HalfMatched:
         return Draft(torch.tensor(rows, dtype=torch.long).reshape(len(contexts), gamma), None)
 
 
-def test_scheduler_drafts_for_the_rows_furthest_behind():
+def test_policy_drafts_for_the_rows_furthest_behind():
     """A step is worth what it gives the rows that finish last; a row without a match gains nothing."""
-    sched = BatchScheduler(_HalfMatched(), BatchCosts(FLAT), shadow=True, margin=0.0, prior=1e6, prior_alpha=0.8)
+    policy = sched(_HalfMatched(), BatchCosts(FLAT), shadow=True, margin=0.0, prior=1e6, prior_alpha=0.8)
     ctx = [[1, 2, 3], [4, 5]]
-    first = sched.propose([torch.tensor(c) for c in ctx], 4, GREEDY)
+    first = policy.propose([torch.tensor(c) for c in ctx], 4, GREEDY)
     assert first.num_tokens > 0  # rows level: half the batch gains, verification is nearly free
     ctx = [ctx[0] + [7] * first.num_tokens + [1], ctx[1] + [9]]  # row 0 accepted all; row 1 got one token
-    assert sched.propose([torch.tensor(c) for c in ctx], 4, GREEDY).num_tokens == 0  # row 1 is behind, unmatched
+    assert policy.propose([torch.tensor(c) for c in ctx], 4, GREEDY).num_tokens == 0  # row 1 is behind, unmatched
     # The pooled rule (one alpha over all rows) would have drafted here: the twin this test must tell apart.
-    assert BatchCosts(FLAT).best_gamma(sched.alpha, 2, 4) > 0
-    swapped = BatchScheduler(_HalfMatched(), BatchCosts(FLAT), shadow=True, margin=0.0, prior=1e6, prior_alpha=0.8)
+    assert best(BatchCosts(FLAT), policy.alpha_estimate(), 2, 4) > 0
+    swapped = sched(_HalfMatched(), BatchCosts(FLAT), shadow=True, margin=0.0, prior=1e6, prior_alpha=0.8)
     swapped.propose([torch.tensor(c) for c in ([4, 5], [1, 2, 3])], 4, GREEDY)
     # now the matched row 0 is the one behind: drafting helps the row that sets the pace
     assert swapped.propose([torch.tensor(c) for c in ([4, 5, 9], [1, 2, 3, 9, 9, 9, 9, 9])], 4, GREEDY).num_tokens > 0
@@ -131,16 +152,16 @@ class _Sevens:
 def test_acceptance_is_estimated_per_draft_position():
     """Bursty acceptance (the first draft half the time, then all of them): one pooled rate says 0.8
     everywhere, the per-position rates say 0.5 for the first draft and nearly 1 after it."""
-    sched = BatchScheduler(_Sevens(), BatchCosts(FLAT), margin=0.0)
+    policy = sched(_Sevens(), BatchCosts(FLAT), margin=0.0)
     ctx = [1, 2]
     for step in range(60):
-        k = sched.propose([torch.tensor(ctx)], 4, GREEDY).num_tokens
+        k = policy.propose([torch.tensor(ctx)], 4, GREEDY).num_tokens
         ctx = ctx + ([7] * k + [3] if step % 2 else [9])  # all k accepted plus a bonus, or the first rejected
-    assert [s.gamma for s in sched.steps[-10:]] == [4] * 10  # verification is nearly free: the ceiling
-    first, *rest = sched.depth_alphas(4)
+    assert [s.gamma for s in policy.steps[-10:]] == [4] * 10  # verification is nearly free: the ceiling
+    first, *rest = policy.depth_alphas(4)
     assert 0.35 < first < 0.65 and all(a > 0.9 for a in rest)
-    assert 0.7 < sched.alpha < 0.9
-    assert sched.depth_alphas(6)[4:] == [pytest.approx(rest[-1], abs=0.1)] * 2  # untested positions inherit
+    assert 0.7 < policy.alpha_estimate() < 0.9
+    assert policy.depth_alphas(6)[4:] == [pytest.approx(rest[-1], abs=0.1)] * 2  # untested positions inherit
 
 
 def test_measured_roofline_uses_the_step_shape():
@@ -156,62 +177,59 @@ def test_measured_roofline_uses_the_step_shape():
 
 def test_one_time_catch_up_is_spread_over_the_tokens_to_come():
     costs = BatchCosts(FLAT, 0.1)
-    assert costs.best(lambda g: 1 + 0.5 * g, 1, 4) > 0
-    assert costs.best(lambda g: 1 + 0.5 * g, 1, 4, once=30.0, horizon=8) == 0  # a prefill 8 tokens cannot repay
-    assert costs.best(lambda g: 1 + 0.5 * g, 1, 4, once=30.0, horizon=10_000) > 0
+    assert best_gamma(costs, 1, 4, lambda g: 1 + 0.5 * g) > 0
+    assert best_gamma(costs, 1, 4, lambda g: 1 + 0.5 * g, once=30.0, horizon=8) == 0  # a prefill 8 tokens cannot repay
+    assert best_gamma(costs, 1, 4, lambda g: 1 + 0.5 * g, once=30.0, horizon=10_000) > 0
     with pytest.raises(ValueError, match="horizon"):
-        BatchScheduler(NGramDrafter(), costs, horizon=0)
+        GammaPolicy(costs=costs, horizon=0)
 
 
 @pytest.mark.parametrize("table, shadow", [(FLAT, False), (STEEP, True), (STEEP, False)])
-def test_scheduler_is_lossless_and_turns_off_under_load(table, shadow):
+def test_policy_is_lossless_and_turns_off_under_load(table, shadow):
     target, draft = make_toy_pair(6, 2, match=0.8, seed=3)
     inner = NGramDrafter() if shadow else DraftModelDrafter(draft)
-    sched = BatchScheduler(inner, BatchCosts(table, 0.0), shadow=shadow)
+    policy = sched(inner, BatchCosts(table, 0.0), shadow=shadow)
     alone = [generate(target, [p], 20, params=GREEDY).sequences()[0] for p in PROMPTS]
-    out = speculative_generate(target, sched, PROMPTS, 20, params=GREEDY, gamma=4)
+    out = speculative_generate(target, policy, PROMPTS, 20, params=GREEDY, gamma=4)
     assert out.sequences() == alone
-    gammas = {s.batch: s.gamma for s in sched.steps}
+    gammas = {s.batch: s.gamma for s in policy.steps}
     if table is STEEP:
         assert all(g == 0 for b, g in gammas.items() if b >= 4 and b in gammas)  # 5 live rows: off
     else:
-        assert max(s.gamma for s in sched.steps) > 0
+        assert max(s.gamma for s in policy.steps) > 0
 
 
 def test_loop_step_costs_replace_the_forward_ratios():
     forwards = BatchCosts({1: (1.0, 1.5, 1.6)}, 0.2)
     assert forwards.step(1, 2) == pytest.approx(2 * 0.2 + 1.6) and forwards.step(1, 0) == 1.0
-    looped = BatchCosts({1: (1.0, 1.5, 1.6)}, 0.2, step_cost={1: (1.1, 1.2)})
+    looped = LoopCosts({1: (1.0, 1.5, 1.6)}, 0.2, step_cost={1: (1.1, 1.2)})
     assert looped.step(1, 2) == pytest.approx(1.2) and looped.step(1, 4) == pytest.approx(1.4)  # extrapolated
-    assert looped.speedup(0.5, 2, 1) == pytest.approx(1.75 / 1.2)
+    assert speedup(looped, 0.5, 2, 1) == pytest.approx(1.75 / 1.2)
     # the loop's own costs change the choice: forwards alone say off, the loop says the ceiling
-    assert forwards.best_gamma(0.6, 1, 2) == 0 and looped.best_gamma(0.6, 1, 2) == 2
+    assert best(forwards, 0.6, 1, 2) == 0 and best(looped, 0.6, 1, 2) == 2
     for bad in ({}, {0: (1.1,)}, {1: ()}, {1: (1.1, -0.2)}):
         with pytest.raises(ValueError, match="step_cost"):
-            BatchCosts(FLAT, step_cost=bad)
+            LoopCosts(FLAT, step_cost=bad)
 
 
 def test_straight_pools_the_gammas_timings():
-    assert batch_cmd.straight([1.2, 1.4, 1.6, 1.8]) == pytest.approx([1.2, 1.4, 1.6, 1.8])
-    noisy = batch_cmd.straight([1.48, 1.47, 1.51, 1.85])  # a measured curve from a noisy host
+    assert straight([1.2, 1.4, 1.6, 1.8]) == pytest.approx([1.2, 1.4, 1.6, 1.8])
+    noisy = straight([1.48, 1.47, 1.51, 1.85])  # a measured curve from a noisy host
     assert all(b > a for a, b in zip(noisy, noisy[1:])) and sum(noisy) == pytest.approx(1.48 + 1.47 + 1.51 + 1.85)
-    assert batch_cmd.straight([1.3, 1.1, 0.9]) == pytest.approx([1.1, 1.1, 1.1])  # never cheaper with more drafts
-    assert batch_cmd.straight([0.9]) == [1.0]
+    assert straight([1.3, 1.1, 0.9]) == pytest.approx([1.1, 1.1, 1.1])  # never cheaper with more drafts
+    assert straight([0.9]) == [1.0]
 
 
-def test_pinned_scheduler_and_loop_costs_on_toy_models():
-    """measure_loop_costs times the loop itself with the scheduler pinned to each gamma; it unpins it."""
-    import argparse
-
+def test_pinned_policy_and_loop_costs_on_toy_models():
+    """measure_loop_costs times the loop itself with the policy pinned to each gamma."""
     target, draft = make_toy_pair(6, 2, match=0.8, seed=3)
-    sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts({1: (1.0, 9.0)}), probe_every=0)
-    sched.pinned = 3
-    out = speculative_generate(target, sched, PROMPTS, 12, params=GREEDY, gamma=4)
-    assert {s.gamma for s in sched.steps} <= {3, 2, 1} and sched.steps[0].gamma == 3  # never 0: no policy
+    pinned = PinnedGamma(DraftModelDrafter(draft), GammaPolicy(costs=BatchCosts({1: (1.0, 9.0)})), 3)
+    out = speculative_generate(target, pinned, PROMPTS, 12, params=GREEDY, gamma=4)
+    assert {s.gamma for s in pinned.steps} <= {3, 2, 1} and pinned.steps[0].gamma == 3  # never 0: no policy
     assert out.sequences() == [generate(target, [p], 12, params=GREEDY).sequences()[0] for p in PROMPTS]
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="pinned"):
-            sched.pinned = bad
+            PinnedGamma(NGramDrafter(), GammaPolicy(), bad)
     from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 
     def tiny(seed):
@@ -220,24 +238,23 @@ def test_pinned_scheduler_and_loop_costs_on_toy_models():
         return LlamaTarget(LlamaModel(cfg).init_weights(generator=torch.Generator().manual_seed(seed)),
                            max_length=64)
 
-    scheds = [BatchScheduler(DraftModelDrafter(tiny(1)), BatchCosts({1: (1.0, 9.0)}), probe_every=0)
-              for _ in range(3)]
-    args = argparse.Namespace(gamma=2, max_new_tokens=12, seed=0)
+    pinned = [PinnedGamma(DraftModelDrafter(tiny(1)), GammaPolicy(costs=BatchCosts({1: (1.0, 9.0)})), g)
+              for g in range(3)]
+    settings = dict(max_new_tokens=12, seed=0, params=GREEDY, eos=None)
     targets = [tiny(0) for _ in range(3)]
-    loop = batch_cmd.measure_loop_costs(targets, {"draft": scheds}, {2: PROMPTS[:2]}, args, GREEDY, None, rounds=2)
-    assert all(s.pinned is None for s in scheds)  # unpinned afterwards
-    assert [max(s.gamma for s in sched.steps) for sched in scheds] == [0, 1, 2]  # each drafted its own gamma
+    loop = measure_loop_costs(targets, {"draft": pinned}, {2: PROMPTS[:2]}, rounds=2, **settings)
+    assert [max(s.gamma for s in p.steps) for p in pinned] == [0, 1, 2]  # each drafted its own gamma
     assert len(loop["draft"]["step"][2]) == 2 and loop["draft"]["seconds"][2] > 0
-    assert loop["draft"]["step"][2] == pytest.approx(batch_cmd.straight(loop["draft"]["step_raw"][2]))
+    assert loop["draft"]["step"][2] == pytest.approx(straight(loop["draft"]["step_raw"][2]))
     with pytest.raises(ValueError, match="targets"):
-        batch_cmd.measure_loop_costs(targets[:2], {"draft": scheds}, {2: PROMPTS[:2]}, args, GREEDY, None)
+        measure_loop_costs(targets[:2], {"draft": pinned}, {2: PROMPTS[:2]}, **settings)
+    with pytest.raises(ValueError, match="one PinnedGamma per gamma"):
+        measure_loop_costs(targets, {"draft": pinned[::-1]}, {2: PROMPTS[:2]}, **settings)
 
 
 def test_runs_stepped_side_by_side_equal_each_run_alone():
     """The benchmark steps plain, fixed and adaptive runs in turns, each on its own cache and drafter: the
     outputs are those of each run alone, and each run's clock counts its own passes only."""
-    import argparse
-
     from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 
     def model(seed):
@@ -246,23 +263,23 @@ def test_runs_stepped_side_by_side_equal_each_run_alone():
         return LlamaModel(cfg).init_weights(generator=torch.Generator().manual_seed(seed))
 
     target_model, draft_model = model(0), model(0)  # the same weights: the draft agrees with the target
-    args = argparse.Namespace(gamma=3, max_new_tokens=10, seed=0)
+    settings = dict(gamma=3, max_new_tokens=10, seed=0, params=GREEDY)
     prompts = PROMPTS[:3]
 
     def drafters():
-        sched = BatchScheduler(DraftModelDrafter(LlamaTarget(draft_model, max_length=64)), BatchCosts(FLAT),
-                               margin=0.0, probe_every=1)
-        return [None, DraftModelDrafter(LlamaTarget(draft_model, max_length=64)), sched]
+        policy = sched(DraftModelDrafter(LlamaTarget(draft_model, max_length=64)), BatchCosts(FLAT),
+                       margin=0.0, probe_every=1)
+        return [None, DraftModelDrafter(LlamaTarget(draft_model, max_length=64)), policy]
 
-    runs = [batch_cmd.Run(LlamaTarget(target_model, max_length=64), d, prompts, args, GREEDY, None) for d in drafters()]
+    runs = [Run(LlamaTarget(target_model, max_length=64), d, prompts, **settings) for d in drafters()]
     t0 = time.perf_counter()
-    batch_cmd.side_by_side(runs)
+    side_by_side(runs)
     wall = time.perf_counter() - t0
     together = [r.figures() for r in runs]
     alone = []
     for d in drafters():
-        run = batch_cmd.Run(LlamaTarget(target_model, max_length=64), d, prompts, args, GREEDY, None)
-        batch_cmd.side_by_side([run])
+        run = Run(LlamaTarget(target_model, max_length=64), d, prompts, **settings)
+        side_by_side([run])
         alone.append(run.figures())
     plain = generate(LlamaTarget(target_model, max_length=64), prompts, 10, params=GREEDY).sequences()
     for t, a in zip(together, alone):
@@ -293,7 +310,7 @@ def test_side_by_side_keeps_the_runs_clocks_together():
             self.closed = True
 
     short, long_ = Fake("short", 1.0, 9), Fake("long", 3.0, 3)  # 9 s of work each
-    batch_cmd.side_by_side([short, long_])
+    side_by_side([short, long_])
     assert order[:5] == ["short", "long", "short", "short", "short"]
     clocks = {"short": 0.0, "long": 0.0}
     for name in order:  # before every pass, the two clocks were within one pass of each other
@@ -302,39 +319,70 @@ def test_side_by_side_keeps_the_runs_clocks_together():
     assert order.count("short") == 9 and order.count("long") == 3
 
 
-def test_scheduler_keeps_acceptance_across_generations():
+def test_a_repeated_prefill_is_restored_not_recomputed():
+    """PrefillOnce times the prefill and restores the cache it saved for the prompts it prefilled last
+    (through the cache's public clone and copy_from): the same outputs, one prefill computed."""
+    from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
+
+    class Counting(LlamaTarget):
+        prefills = 0
+
+        def prefill(self, tokens):
+            self.prefills += 1
+            super().prefill(tokens)
+
+    cfg = LlamaConfig(vocab_size=50, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, intermediate_size=48,
+                      max_position_embeddings=128)
+    model = LlamaModel(cfg).init_weights(generator=torch.Generator().manual_seed(0))
+    inner = Counting(model, max_length=64)
+    target = PrefillOnce(inner)
+    plain = generate(LlamaTarget(model, max_length=64), PROMPTS[:3], 6, params=GREEDY).sequences()
+    settings = dict(gamma=2, max_new_tokens=6, seed=0, params=GREEDY)
+    for prompts, prefills in ((PROMPTS[:3], 1), (PROMPTS[:3], 1), (PROMPTS[1:4], 2)):
+        run = Run(target, None, prompts, **settings)
+        side_by_side([run])
+        assert inner.prefills == prefills and run.prefill_seconds > 0
+        if prompts == PROMPTS[:3]:
+            assert run.figures()["sequences"] == plain
+    with pytest.raises(ValueError, match="shape"):
+        inner.cache.copy_from(LlamaTarget(model, max_length=32).model.make_cache(3, 32))
+
+
+def test_policy_keeps_acceptance_across_generations():
     """A new generation starts the rows' state afresh but keeps the acceptance learnt before it."""
     target, draft = make_toy_pair(6, 2, match=0.9, seed=3)
-    sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts(FLAT), margin=0.0, probe_every=1)
-    speculative_generate(target, sched, PROMPTS[:2], 16, params=GREEDY, gamma=4)
-    learnt, first = sched.alpha, len(sched.steps)
-    assert abs(learnt - sched.prior_alpha) > 0.1
-    speculative_generate(target, sched, PROMPTS[2:4], 16, params=GREEDY, gamma=4)
-    assert sched.steps[first].alpha == pytest.approx(learnt, rel=0.2)  # not back at the prior
-    sched.reset()
-    assert sched.alpha == pytest.approx(sched.prior_alpha) and sched.steps == []
+    policy = sched(DraftModelDrafter(draft), BatchCosts(FLAT), margin=0.0, probe_every=1)
+    speculative_generate(target, policy, PROMPTS[:2], 16, params=GREEDY, gamma=4)
+    learnt, first = policy.alpha_estimate(), len(policy.steps)
+    assert abs(learnt - policy.policy.prior_alpha) > 0.1
+    speculative_generate(target, policy, PROMPTS[2:4], 16, params=GREEDY, gamma=4)
+    assert policy.steps[first].alpha == pytest.approx(learnt, rel=0.2)  # not back at the prior
+    policy.reset()
+    assert policy.alpha_estimate() == pytest.approx(policy.policy.prior_alpha) and policy.steps == []
 
 
-def test_scheduler_probes_after_idle_steps():
+def test_policy_probes_after_idle_steps():
     target, draft = make_toy_pair(6, 1, match=0.8, seed=1)
-    sched = BatchScheduler(DraftModelDrafter(draft), BatchCosts({1: (1.0, 9.0)}, 0.0), probe_every=3)
-    speculative_generate(target, sched, [[1, 2]], 12, params=GREEDY, gamma=1)
-    assert [s.gamma for s in sched.steps][:6] == [0, 0, 1, 0, 0, 1]
+    policy = sched(DraftModelDrafter(draft), BatchCosts({1: (1.0, 9.0)}, 0.0), probe_every=3)
+    speculative_generate(target, policy, [[1, 2]], 12, params=GREEDY, gamma=1)
+    assert [s.gamma for s in policy.steps][:6] == [0, 0, 1, 0, 0, 1]
     # A costly catch-up (c = 0.5 of a target pass per draft step, 9 passes for two positions): no probe,
     # unless the budget allows it.
     costly = BatchCosts({1: (1.0, 9.0)}, 0.5)
     for budget, probes in ((1.0, False), (float("inf"), True)):
-        sched = BatchScheduler(DraftModelDrafter(draft), costly, probe_every=3, probe_budget=budget)
-        speculative_generate(target, sched, [[1, 2]], 12, params=GREEDY, gamma=1)
-        assert any(s.gamma for s in sched.steps) == probes
+        policy = sched(DraftModelDrafter(draft), costly, probe_every=3, probe_budget=budget)
+        speculative_generate(target, policy, [[1, 2]], 12, params=GREEDY, gamma=1)
+        assert any(s.gamma for s in policy.steps) == probes
     with pytest.raises(ValueError, match="probe_budget"):
-        BatchScheduler(NGramDrafter(), BatchCosts(FLAT), probe_budget=-1)
+        GammaPolicy(costs=BatchCosts(FLAT), probe_budget=-1)
     with pytest.raises(ValueError, match="probe_every"):
-        BatchScheduler(NGramDrafter(), BatchCosts(FLAT), probe_every=-1)
+        GammaPolicy(costs=BatchCosts(FLAT), probe_every=-1)
+    with pytest.raises(ValueError, match="probe_every"):  # gamma 0 without a probe or a shadow: never observed
+        AdaptiveGamma(DraftModelDrafter(draft), GammaPolicy(costs=BatchCosts(FLAT), min_gamma=0))
 
 
 def test_idle_model_drafter_lets_rows_leave_a_larger_batch():
-    """A scheduler that never drafts leaves the draft model's cache at an earlier, smaller batch;
+    """A policy that never drafts leaves the draft model's cache at an earlier, smaller batch;
     rows that end must still leave this batch cleanly (regression: an IndexError-like refusal)."""
     from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 
@@ -350,16 +398,16 @@ def test_idle_model_drafter_lets_rows_leave_a_larger_batch():
     alone = [generate(target, [p], 8, params=GREEDY).sequences()[0] for p in prompts]
     eos = alone[0][1]  # row 0 ends after two tokens
     expected = [row[:row.index(eos) + 1] if eos in row else row for row in alone]
-    sched = BatchScheduler(inner, BatchCosts({1: (1.0, 9.0)}), probe_every=0)  # never drafts
-    out = speculative_generate(target, sched, prompts, 8, params=GREEDY, gamma=2, eos_token_id=eos)
-    assert out.sequences() == expected and all(s.gamma == 0 for s in sched.steps)
+    policy = sched(inner, BatchCosts({1: (1.0, 9.0)}), probe_every=1000)  # never drafts
+    out = speculative_generate(target, policy, prompts, 8, params=GREEDY, gamma=2, eos_token_id=eos)
+    assert out.sequences() == expected and all(s.gamma == 0 for s in policy.steps)
 
 
 def test_step_log_counts_padding_as_waste():
     """Rows without an n-gram match are padded to the batch's K: those positions count as wasted."""
     target, _ = make_toy_pair(6, 1, match=0.8, seed=2)
     drafter = NGramDrafter()
-    log = batch_cmd.StepLog(drafter, 0.0)
+    log = StepLog(drafter, 0.0)
     prompts = [[1, 2, 3, 1, 2, 3, 1, 2], [4]]  # the second row has nothing to look up at first
     out = speculative_generate(target, drafter, prompts, 10, params=GREEDY, gamma=4, on_step=log)
     assert log.padding > 0 and log.wasted >= log.padding
@@ -379,11 +427,12 @@ def test_window_acceptance_curve():
 
 
 def test_roofline_prediction_turns_over_at_the_ridge():
-    roof = {"matmul_flop_per_s": 1e12, "memory_bytes_per_s": 1e10}  # ridge 100 flop/byte
+    hw = measured_hardware({"matmul_flop_per_s": 1e12, "memory_bytes_per_s": 1e10, "dtype": "float32"})  # ridge 100
     params = 10**8
-    assert roofline_speedup(0.8, 4, 1, roof, params, 4) > 3  # memory-bound: 5 positions for one pass
-    B = roofline_crossover(0.8, 4, roof, params, 4)
-    assert B is not None and roofline_speedup(0.8, 4, B, roof, params, 4) < 1 <= roofline_speedup(0.8, 4, B - 1, roof, params, 4)
+    assert roofline_speedup(0.8, 4, 1, hw, "float32", params, 4) > 3  # memory-bound: 5 positions for one pass
+    B = roofline_crossover(0.8, 4, hw, "float32", params, 4)
+    assert B is not None and (roofline_speedup(0.8, 4, B, hw, "float32", params, 4) < 1
+                              <= roofline_speedup(0.8, 4, B - 1, hw, "float32", params, 4))
     # 2 flop per parameter and position against 4 bytes per parameter: compute-bound past 200 positions
     assert 200 / 5 <= B <= 200
 
@@ -442,18 +491,18 @@ def test_crossover_and_adaptive_ratio_read_the_runs():
 
     runs = [run("none", "plain", 1, 10), run("ngram", "fixed", 1, 15), run("ngram", "adaptive", 1, 14.5),
             run("none", "plain", 4, 30), run("ngram", "fixed", 4, 25), run("ngram", "adaptive", 4, 29)]
-    args = type("A", (), {"drafters": ["none", "ngram"]})()
-    assert batch_cmd.crossovers(runs, args) == {"ngram": 4}
-    assert batch_cmd.adaptive_vs_best(runs)["ngram"] == {1: pytest.approx(14.5 / 15), 4: pytest.approx(29 / 30)}
+    drafters = ["none", "ngram"]
+    assert crossovers(runs, drafters) == {"ngram": 4}
+    assert adaptive_vs_best(runs)["ngram"] == {1: pytest.approx(14.5 / 15), 4: pytest.approx(29 / 30)}
     for r in runs:  # each policy's fastest repeat, read the same way
         r["tokens_per_s_fastest"] = r["tokens_per_s"] * (1.2 if r["policy"] == "adaptive" else 1.0)
-    assert batch_cmd.adaptive_vs_best(runs, "tokens_per_s_fastest")["ngram"][4] == pytest.approx(29 * 1.2 / 30)
+    assert adaptive_vs_best(runs, "tokens_per_s_fastest")["ngram"][4] == pytest.approx(29 * 1.2 / 30)
     for r, each in zip(runs, ([10, 10, 10], [15, 9, 15], [14, 14, 12], [30, 30, 30], [25, 25, 25], [29, 29, 10])):
         r["tokens_per_s_each"] = each  # repeat i of every policy ran side by side
-    paired = batch_cmd.adaptive_vs_best(runs, paired=True)["ngram"]
+    paired = adaptive_vs_best(runs, paired=True)["ngram"]
     assert paired == {1: pytest.approx(14 / 15), 4: pytest.approx(29 / 30)}  # median of 14/15, 14/10, 12/15
     merged = batch_cmd._median_run([{"seconds": s, "prefill_seconds": 0.0, "tokens_per_s": 10 / s, "ms_per_token": s,
                                      "gammas": [int(s)] * 2} for s in (1.0, 2.0, 4.0)])
     assert merged["tokens_per_s_fastest"] == 10.0 and merged["tokens_per_s"] == 5.0
     assert merged["gammas"] == [1, 1, 2, 2, 4, 4]  # every repeat's steps, not the first repeat's alone
-    assert batch_cmd.crossovers(runs[:3], args) == {"ngram": None}  # never slower: no crossover
+    assert crossovers(runs[:3], drafters) == {"ngram": None}  # never slower: no crossover

@@ -4,7 +4,7 @@ A batch decodes rows of two prompts of different lengths side by side (row 2i: t
 row 2i+1: the short one); rows stop at an end token and leave the batch.  Rows of a batch must be
 independent draws from the target, so the law of each pair's (sequence, sequence) is the product
 of the two rows' exact sequence laws (``MarkovLM.sequence_law``).  Two members of the statistical
-family: fixed-gamma prompt lookup, and the load-aware scheduler over a draft model (its gamma
+family: fixed-gamma prompt lookup, and the load-aware adaptive policy over a draft model (its gamma
 changes with the number of live rows, 0 included).
 
 Broken twin: a verifier that reuses row 0's acceptance uniforms for every row.  Each row alone
@@ -17,8 +17,8 @@ import torch
 
 import specbook.decode as decode
 from specbook.decode import speculative_generate
-from specbook.drafters import DraftModelDrafter, NGramDrafter
-from specbook.drafters.scheduler import BatchCosts, BatchScheduler
+from specbook.costs import BatchCosts
+from specbook.drafters import AdaptiveGamma, DraftModelDrafter, GammaPolicy, NGramDrafter
 from specbook.sampling import SamplingParams, sample
 from specbook.toy import make_toy_pair
 from specbook.verify import residual
@@ -31,6 +31,8 @@ EOS = 3
 PROMPTS = [[0, 1, 1, 2, 1, 2], [2, 1, 2]]  # lengths 6 and 3; both look up the draft 1 (p = 0.58)
 # one row: a position costs little; thousands of rows: a position costs a pass (speculation off)
 COSTS = BatchCosts({1: (1.0, 1.05, 1.1, 1.15), 2 * PAIRS: (1.0, 2.0, 3.0, 4.0)}, 0.1)
+# the policy as the batch command runs it: free to stop drafting, probing after 2 idle steps
+POLICY = GammaPolicy(costs=COSTS, decay=0.95, min_gamma=0, margin=0.2, probe_every=2)
 
 
 def pair_law(target, params):
@@ -47,18 +49,18 @@ def run(kind, seed=5):
     target, draft = make_toy_pair(4, 2, match=0.6, seed=7)
     params = SamplingParams(temperature=0.9)
     drafter = (NGramDrafter() if kind == "ngram"
-               else BatchScheduler(DraftModelDrafter(draft), COSTS, probe_every=2))
+               else AdaptiveGamma(DraftModelDrafter(draft), POLICY))
     batch = [PROMPTS[b % 2] for b in range(2 * PAIRS)]
     out = speculative_generate(target, drafter, batch, L, params=params, gamma=3, generator=torch.Generator().manual_seed(seed),
                                eos_token_id=EOS)
     return pair_law(target, params), pairs_of(out), drafter
 
 
-@pytest.mark.parametrize("kind", ["ngram", "scheduler"])
+@pytest.mark.parametrize("kind", ["ngram", "adaptive"])
 def test_batched_ragged_rows_are_independent_draws_of_the_target(kind):
     law, observed, drafter = run(kind)
     check_fit(f"batched pairs of ragged rows, {kind}", law, observed)
-    if kind == "scheduler":
+    if kind == "adaptive":
         assert {s.gamma for s in drafter.steps} >= {0}  # the loaded batch turned speculation off at least once
 
 

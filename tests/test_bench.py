@@ -202,17 +202,22 @@ def test_roofline_fraction_is_tokens_per_s_over_the_streaming_limit():
 
 
 def test_gamma_follows_the_verify_cost_curve_and_the_acceptance():
-    from specbook.bench.sizing import choose_gamma, curve_lookup
+    from specbook.bench.sizing import choose_gamma
+    from specbook.costs import CostCurve
 
     flat = [1.0 + 0.01 * n for n in range(17)]  # a native-bfloat16 CPU or a GPU
     steep = [1.0 + 0.25 * n for n in range(17)]  # float32 without native support
     assert choose_gamma(0.8, flat)[0] > choose_gamma(0.8, steep)[0] >= 1
     assert choose_gamma(0.95, flat)[0] > choose_gamma(0.5, flat)[0]
     assert choose_gamma(0.0, steep) == (1, pytest.approx(1 / 1.25))  # never below one draft
-    v = curve_lookup([1.0, 1.2, 1.5])
+    v = CostCurve([1.0, 1.2, 1.5]).after  # v(gamma + 1) as a function of the drafts
     assert v(0) == 1.0 and v(2) == 1.5 and v(4) == pytest.approx(2.1)  # extrapolated by the last step
-    with pytest.raises(ValueError, match="verify-cost"):
-        curve_lookup([])
+    assert CostCurve([1.0, 1.5, 1.4]).after(4) == pytest.approx(1.4)  # never downwards past the end
+    assert CostCurve([1.3]).after(5) == 1.3  # one point: flat
+    with pytest.raises(ValueError, match="cost curve"):
+        CostCurve([])
+    with pytest.raises(ValueError, match="cost curve"):
+        CostCurve([1.0, 0.0])
 
 
 def test_tree_budget_is_piloted_and_weighed_by_the_verify_cost():

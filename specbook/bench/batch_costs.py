@@ -3,14 +3,15 @@
 Shape legend: B batch (rows), n new positions per row in one forward, T context length.
 
 * :func:`batch_verify_costs`: v_B(n) = t(B, n) / t(B, 1) for each batch size B, the curve the
-  scheduler (:class:`specbook.drafters.scheduler.BatchCosts`) prices a draft with; and c_B, one
+  adaptive policy (:class:`specbook.costs.BatchCosts`) prices a draft with; and c_B, one
   draft-model step over one target step at the same B.
 * :func:`measure_roofline`: this machine's matmul flop/s (at the model's own projection shape) and
   memory-read bytes/s, and so its ridge point (flop per byte) in the sense of Williams, Waterman and Patterson (2009, "Roofline").
 * :func:`crossovers` / :func:`adaptive_vs_best`: the runs of ``python -m specbook batch`` read back (where
-  fixed speculation falls below plain decoding; the scheduler against the better of the two).
+  fixed speculation falls below plain decoding; the adaptive policy against the better of the two).
 * :func:`roofline_speedup` / :func:`roofline_crossover`: the roofline's prediction of where
-  speculation stops paying: a step over B rows and n positions takes
+  speculation stops paying, on this machine's measured peaks (:func:`measured_hardware`): a step
+  over B rows and n positions takes :func:`specbook.roofline.step_time`,
   t(B, n) = max(weight bytes / bandwidth, 2 * params * B * n / flop/s), and speculation beats plain
   decoding at batch B while E(alpha, gamma) / (gamma c_B + t(B, gamma+1) / t(B, 1)) > 1
   (Leviathan et al. 2023, Thm 3.8).
@@ -28,6 +29,7 @@ import torch
 
 from .. import theory
 from ..models import LlamaTarget
+from ..roofline import Hardware, step_time
 from .timing import interleaved_medians
 
 
@@ -64,7 +66,7 @@ def batch_verify_costs(target: LlamaTarget, batch_sizes: list[int], max_position
             return models[key[0]].forward(fresh[:, :key[1]])
 
         # the fastest of the rounds: on a shared host other work only ever adds time, and a burst
-        # during one setting would otherwise skew the whole curve the scheduler prices with
+        # during one setting would otherwise skew the whole curve the adaptive policy prices with
         med = interleaved_medians(keys, run, reps=reps, warmup=1, device=target.device, reduce=min,
                                   after=lambda k: models["draft" if k[0] != "target" else "target"].rollback(base))
         t1 = med[("target", 1)]
@@ -108,27 +110,27 @@ def measure_roofline(dtype: torch.dtype = torch.float32, device: str = "cpu", *,
             "matmul_shape": [rows, dim, hidden], "matmul_size": size, "read_bytes": x.numel() * 4}
 
 
-def step_seconds(params: int, dtype_bytes: int, batch: int, positions: int, roofline: dict) -> float:
-    """Roofline time of one forward over ``batch`` rows x ``positions`` positions of a ``params`` model."""
-    memory = params * dtype_bytes / roofline["memory_bytes_per_s"]
-    compute = 2 * params * batch * positions / roofline["matmul_flop_per_s"]
-    return max(memory, compute)
+def measured_hardware(roofline: dict) -> Hardware:
+    """This machine as a roofline :class:`~specbook.roofline.Hardware`, from :func:`measure_roofline`'s peaks."""
+    return Hardware.measured({roofline.get("dtype", "float32"): roofline["matmul_flop_per_s"]},
+                             roofline["memory_bytes_per_s"])
 
 
-def roofline_speedup(alpha: float, gamma: int, batch: int, roofline: dict, params: int, dtype_bytes: int,
+def roofline_speedup(alpha: float, gamma: int, batch: int, hw: Hardware, dtype: str, params: int, dtype_bytes: int,
                      draft_params: int = 0) -> float:
-    """Predicted throughput of fixed-gamma speculation over plain decoding at ``batch`` rows."""
-    t1 = step_seconds(params, dtype_bytes, batch, 1, roofline)
-    v = step_seconds(params, dtype_bytes, batch, gamma + 1, roofline) / t1
-    c = step_seconds(draft_params, dtype_bytes, batch, 1, roofline) / t1 if draft_params else 0.0
+    """Predicted throughput of fixed-gamma speculation over plain decoding at ``batch`` rows, each step
+    timed by :func:`specbook.roofline.step_time` (a draft step: a ``draft_params`` model's)."""
+    t1 = step_time(hw, dtype, batch, 1, params, dtype_bytes)
+    v = step_time(hw, dtype, batch, gamma + 1, params, dtype_bytes) / t1
+    c = step_time(hw, dtype, batch, 1, draft_params, dtype_bytes) / t1 if draft_params else 0.0
     return float(theory.speedup(alpha, gamma, c, v))
 
 
-def roofline_crossover(alpha: float, gamma: int, roofline: dict, params: int, dtype_bytes: int,
+def roofline_crossover(alpha: float, gamma: int, hw: Hardware, dtype: str, params: int, dtype_bytes: int,
                        draft_params: int = 0, max_batch: int = 1024) -> int | None:
     """The smallest batch size at which the roofline predicts speculation slower than plain decoding."""
     for B in range(1, max_batch + 1):
-        if roofline_speedup(alpha, gamma, B, roofline, params, dtype_bytes, draft_params) < 1:
+        if roofline_speedup(alpha, gamma, B, hw, dtype, params, dtype_bytes, draft_params) < 1:
             return B
     return None
 
@@ -137,11 +139,11 @@ def now() -> float:
     return time.perf_counter()
 
 
-def crossovers(runs: list[dict], args) -> dict:
+def crossovers(runs: list[dict], drafters: list[str]) -> dict:
     """Per drafter: the smallest batch size where fixed speculation's throughput falls below plain's."""
     plain = {r["batch_size"]: r["tokens_per_s"] for r in runs if r["drafter"] == "none"}
     out = {}
-    for d in args.drafters:
+    for d in drafters:
         if d == "none":
             continue
         fixed = {r["batch_size"]: r["tokens_per_s"] for r in runs if r["drafter"] == d and r["policy"] == "fixed"}

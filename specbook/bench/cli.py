@@ -61,13 +61,14 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import cliargs
+from ..machine import machine_info
 from ..models.chat import chat_ids
 from ..models.dtype import DTYPE_NAMES, dtype_name, resolve_dtype
 from ..sampling import SamplingParams
 from .engines import RunResult, SpecbookEngine, TransformersEngine
 from .arguments import check_device, check_json_path, parse_gamma, plot_path
 from .registry import DRAFTERS, get_drafter
-from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256, machine_info
+from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256
 from .sizing import size_chain, size_tree
 from .timing import add_roofline, memory_read_bandwidth, verify_cost_curve
 from .workloads import load_prompts, select

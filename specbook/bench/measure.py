@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from ..costs import CostCurve
 from ..decode import generate, speculative_generate
 from ..models import LlamaTarget
 from ..models.chat import chat_ids
@@ -111,9 +112,7 @@ def measure_prompt(target, drafter, prompt_ids: list[int], max_new_tokens: int, 
 
 def predict(records: list[dict], verify_cost: list[float]) -> dict:
     """Pool per-prompt records (one drafter, one category) into alpha, c, and the predicted vs realized speedup."""
-    def v(n: int) -> float:
-        return verify_cost[min(n, len(verify_cost)) - 1]
-
+    v = CostCurve(verify_cost)
     verified = sum(r["verified"] for r in records)
     alpha = sum(r["accepted"] for r in records) / verified if verified else 0.0
     passes = sum(r["draft_passes"] for r in records)
@@ -141,7 +140,8 @@ def simulate_greedy(drafter, prompt_ids: list[int], reference: list[int], gamma:
     Under greedy verification the output is ``reference`` whatever the drafter does, and a draft
     is accepted exactly while it agrees with it; so the whole run (drafts per step, accepted per
     step) follows from the drafter alone.  Cost in plain-step units: sum_s (K_s c + v(K_s + 1)),
-    with ``verify_cost`` = [v(1), v(2), ...].  Used to tune draft-length policies on training
+    with ``verify_cost`` = [v(1), v(2), ...] (read past its end as
+    :class:`specbook.costs.CostCurve` says).  Used to tune draft-length policies on training
     trajectories (prompt lookup costs nothing to replay).  The run stops after ``max_new_tokens``
     (default: all of ``reference``); as in the real loop, no drafts are asked for past that budget.
     """
@@ -158,7 +158,8 @@ def simulate_greedy(drafter, prompt_ids: list[int], reference: list[int], gamma:
         done += take
         steps.append(len(draft))
         accepted += min(a, take)
-    cost = sum(k * c + verify_cost[min(k, len(verify_cost) - 1)] for k in steps)
+    v = CostCurve(verify_cost)
+    cost = sum(k * c + v.after(k) for k in steps)
     return {"steps": len(steps), "drafted": sum(steps), "accepted": accepted,
             "tau": done / len(steps), "speedup": stop / cost}
 

@@ -133,7 +133,7 @@ register_drafter("ngram", lambda model, tokenizer, **_: NGramDrafter(max_ngram=3
                  description="prompt lookup: longest suffix match of up to 3 tokens (no model); gamma sized by "
                  "this machine's verify cost and a pilot's acceptance", sizing="chain")
 register_drafter("ngram-adaptive", make_ngram_adaptive, description="prompt lookup (n <= 6), draft length chosen "
-                 "per step from recent acceptance per match length and the measured verify cost")
+                 "per step from recent acceptance (per row and draft position) and the measured verify cost")
 register_drafter("layerskip", make_layer_skip, description=f"the target's first {DEFAULT_EXIT_LAYER} blocks + its "
                  "norm and head draft (early exit); shares the target's cache when given target=",
                  transformers_kwargs=lambda hf, tok, *, gamma, **_: {"assistant_early_exit": DEFAULT_EXIT_LAYER,

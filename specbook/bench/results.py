@@ -1,44 +1,19 @@
 """What one benchmark run's records become: per-category aggregates, engine ratios, the table.
 
 The measuring is in :mod:`specbook.bench.cli`; this module only summarises what it measured
-(medians of per-prompt ratios, the machine it ran on, explained greedy differences).
+(medians of per-prompt ratios, explained greedy differences); the machine it ran on is
+:func:`specbook.machine.machine_info`.
 """
 from __future__ import annotations
 
 import hashlib
-import os
-import platform
 import statistics
-from pathlib import Path
-
-import torch
 
 from .crosscheck import explain_divergence
 
 def ids_sha256(ids: list[int]) -> str:
     """SHA-256 hex digest of token ids written as comma-separated decimal integers."""
     return hashlib.sha256(",".join(str(int(i)) for i in ids).encode("ascii")).hexdigest()
-
-
-def machine_info(device: str) -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import transformers
-
-    info = {"cpu": cpu, "logical_cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": platform.python_version(), "platform": platform.platform(), "device": str(device)}
-    if torch.device(device).type == "cuda":
-        info["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    if hasattr(os, "getloadavg"):
-        info["load_average_start"] = round(os.getloadavg()[0], 2)
-    return info
 
 
 def _median(xs):

@@ -5,8 +5,9 @@ Shape legend: n positions in one target forward (gamma + 1 for a chain, nodes + 
 How long a draft pays depends on two measurements, made here and now:
 
 * the verify cost v(n) of this machine and dtype (:func:`specbook.bench.timing.verify_cost_curve`):
-  one target forward over n positions, in one-position forwards.  Flat where the CPU
-  multiplies the dtype natively (bfloat16 with AMX), steep where it does not;
+  one target forward over n positions, in one-position forwards, read past its measured end as
+  :class:`specbook.costs.CostCurve` says.  Flat where the CPU multiplies the dtype natively
+  (bfloat16 with AMX), steep where it does not;
 * how well the drafter guesses on this workload: a short pilot run.
 
 Chains follow Leviathan et al. (2023, eq. 1 and Thm 3.8): with per-token acceptance alpha, a
@@ -24,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .. import theory
+from ..costs import CostCurve
 from ..decode import speculative_generate
 from ..sampling import GREEDY
 from .measure import TimedDrafter
@@ -46,22 +48,6 @@ class Sizing:
         return {"kind": self.kind, "chosen": self.chosen, "predicted_speedup": round(self.predicted_speedup, 4),
                 "pilot": {str(k): round(v, 4) for k, v in self.pilot.items()},
                 "draft_cost": {str(k): round(v, 4) for k, v in self.draft_cost.items()}, "source": self.source}
-
-
-def curve_lookup(v: Sequence[float]) -> Callable[[int], float]:
-    """v as a function of the number of drafts gamma: v(gamma + 1 positions); past the end, the last value
-    grown linearly by the last measured step (a verify pass never gets cheaper per position)."""
-    if not v or v[0] <= 0:
-        raise ValueError(f"v must be a non-empty verify-cost curve starting at v(1) > 0, got {list(v)!r}")
-
-    def cost(gamma: int) -> float:
-        n = int(gamma) + 1
-        if n <= len(v):
-            return float(v[n - 1])
-        step = max(v[-1] - v[-2], 0.0) if len(v) > 1 else 0.0
-        return float(v[-1] + step * (n - len(v)))
-
-    return cost
 
 
 def pilot(target, drafter, prompts: Sequence[list[int]], gamma: int, eos_token_id=None,
@@ -88,7 +74,7 @@ def choose_gamma(alpha: float, v: Sequence[float], c: float = 0.0, max_gamma: in
     At least one draft is kept even where speculation is predicted to lose, so that the
     benchmark still measures the drafter (the prediction then says < 1)."""
     alpha = min(max(float(alpha), 0.0), 0.999)
-    cost = curve_lookup(v)
+    cost = CostCurve(v).after
     gamma, best = theory.optimal_gamma(alpha, c, cost, max_gamma=max_gamma)
     if gamma == 0:
         gamma = 1
@@ -118,7 +104,7 @@ def size_tree(target, make: Callable[[int], object], budgets: Sequence[int], pro
         raise ValueError("budgets must list at least one node budget")
     if step_seconds is not None and not step_seconds > 0:
         raise ValueError(f"step_seconds must be > 0, got {step_seconds!r}")
-    cost = curve_lookup(v)
+    cost = CostCurve(v).after
     runs = {int(b): pilot(target, make(int(b)), prompts, int(b), eos_token_id) for b in budgets}
     taus = {b: tau for b, (_, tau, _) in runs.items()}
     c = {b: (sec / step_seconds if step_seconds else 0.0) for b, (_, _, sec) in runs.items()}

@@ -13,6 +13,7 @@ Row lengths live in a Python list, so planning a forward never waits on the devi
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -86,6 +87,21 @@ class KVCache:
     def reset(self) -> None:
         """Forget everything (no reallocation)."""
         self._set_lengths([0] * self.batch_size)
+
+    def clone(self) -> KVCache:
+        """A copy of this cache (keys, values, row lengths), e.g. to restore a prefill with :meth:`copy_from`."""
+        out = copy.copy(self)
+        out.k, out.v = self.k.clone(), self.v.clone()
+        out._set_lengths(self.length_list())
+        return out
+
+    def copy_from(self, other: KVCache) -> None:
+        """Hold what ``other`` (of the same shape) holds: its keys, values and row lengths, copied in place."""
+        if other.k.shape != self.k.shape:
+            raise ValueError(f"other must have this cache's shape {tuple(self.k.shape)}, got {tuple(other.k.shape)}")
+        self.k.copy_(other.k)
+        self.v.copy_(other.v)
+        self._set_lengths(other.length_list())
 
     def plan(self, n_new: int, new_mask: torch.Tensor | None = None) -> AttentionPlan:
         """Plan appending ``n_new`` tokens per row.

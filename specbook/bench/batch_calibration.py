@@ -1,0 +1,130 @@
+"""What a step of the decode loop itself costs at each gamma: the batch command's calibration.
+
+Shape legend: B batch (rows decoded together), gamma drafts per row.
+
+The adaptive policy prices a step drafting gamma tokens at gamma c_B + v_B(gamma + 1) target
+passes (:class:`specbook.costs.BatchCosts`), from forwards timed alone.  A step of the loop also
+samples, accepts, moves caches and drafts row by row in Python: work that is the same at every
+gamma and so dilutes those ratios (measured on a 2-core CPU, SmolLM2-135M with its draft model at
+batch 1: gamma 3 priced 2.02 plain steps from the forwards, 1.53 in the loop).  So the command
+times the loop itself: one policy pinned to each gamma 0..G (:class:`PinnedGamma`), the G + 1
+runs stepped side by side (:func:`measure_loop_costs`), a line fitted through the ratios
+(:func:`straight`), and the policy's steps priced with it (:class:`LoopCosts`, :func:`loop_priced`).
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tqdm.auto import tqdm
+
+from ..costs import BatchCosts, curves, interpolate
+from ..drafters.adaptive import AdaptiveGamma, GammaPolicy
+from ..sampling import SamplingParams
+from .batch_runs import PrefillOnce, Run, side_by_side
+from .timing import rotated
+
+
+class PinnedGamma(AdaptiveGamma):
+    """The adaptive policy drafting ``gamma`` tokens at every step (capped at the loop's), whatever its
+    estimates say: everything else (the shadow, the acceptance it observes, the step log) as the policy
+    it stands in for, so that a step costs what the policy's step at that gamma costs."""
+
+    def __init__(self, drafter, policy: GammaPolicy, gamma: int, *, shadow: bool = False):
+        if not isinstance(gamma, int) or isinstance(gamma, bool) or gamma < 0:
+            raise ValueError(f"the pinned gamma must be an int >= 0, got {gamma!r}")
+        super().__init__(drafter, policy, shadow)
+        self.gamma = gamma
+
+    def decide(self, contexts, gamma: int, matched) -> tuple[int, float]:
+        return min(self.gamma, gamma), self.alpha_estimate()
+
+
+@dataclass(frozen=True)
+class LoopCosts(BatchCosts):
+    """:class:`~specbook.costs.BatchCosts` whose steps are priced by the loop's own measured ratios.
+
+    step_cost: {B: (T_B(1), ..., T_B(g_max))}, the whole denominator gamma c_B + v_B(gamma + 1)
+               measured as one: a step of the real decode loop drafting gamma tokens over one drafting
+               none, at batch B.  ``verify_cost`` and ``draft_cost`` then price only the catch-up."""
+
+    step_cost: Mapping[int, Sequence[float]] | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        object.__setattr__(self, "step_cost", curves(self.step_cost, "step_cost"))
+
+    def step(self, batch: int, gamma: int) -> float:
+        if gamma == 0:
+            return 1.0
+        return interpolate({b: curve(gamma) for b, curve in self.step_cost.items()}, batch)
+
+
+def measure_loop_costs(targets: list, pinned: dict, batches: dict, *, max_new_tokens: int, seed: int,
+                       params: SamplingParams, eos: int | None = None, new_tokens: int = 16, rounds: int = 3,
+                       progress: bool = False) -> dict:
+    """{drafter: {"step": {B: [T_B(1) / T_B(0), ..., T_B(G) / T_B(0)]} (fitted with :func:`straight`),
+    "step_raw": {B: the same ratios as timed}, "seconds": {B: T_B(0)}}}.
+
+    ``pinned``: {drafter: [PinnedGamma at 0, ..., at G]}, each with its own drafter instance;
+    ``targets``: at least G + 1 targets (caches) of the model.  T_B(g) is one step of the real decode
+    loop, drafter and policy included, drafting g tokens at every step on the batch's B prompts.  The
+    G + 1 runs are stepped side by side (:func:`side_by_side`, in a rotated order each round), so a
+    slow spell of the machine lands on all of them; a step is the median of a run's passes (the first,
+    which pays a model drafter's catch-up on the prompt, excluded), and T_B(g) / T_B(0) is the median
+    over ``rounds`` rounds of the ratio within a round."""
+    new_tokens = min(new_tokens, max_new_tokens)
+    size = max(len(p) for p in pinned.values())
+    if len(targets) < size:
+        raise ValueError(f"need {size} targets to time gammas 0..{size - 1} side by side, got {len(targets)}")
+    targets = [t if isinstance(t, PrefillOnce) else PrefillOnce(t) for t in targets]
+    out: dict = {}
+    bar = tqdm(total=len(pinned) * len(batches) * rounds, desc="loop costs", disable=not progress)
+    for d, policies in pinned.items():
+        gammas = list(range(len(policies)))
+        if [p.gamma for p in policies] != gammas:
+            raise ValueError(f"pinned[{d!r}] must hold one PinnedGamma per gamma 0..{len(policies) - 1} in order, "
+                             f"got gammas {[p.gamma for p in policies]}")
+        out[d] = {"step": {}, "step_raw": {}, "seconds": {}}
+        for B, batch in batches.items():
+            steps: dict = {g: [] for g in gammas}
+            for r in range(rounds):
+                runs = {g: Run(targets[g], policies[g], batch, max_new_tokens=new_tokens, gamma=gammas[-1], seed=seed,
+                               params=params, eos=eos) for g in gammas}
+                side_by_side([runs[g] for g in rotated(gammas, r)])
+                if any(len(run.passes) < 2 for run in runs.values()):
+                    raise ValueError(f"too few steps to time the loop at batch {B}: raise --max-new-tokens "
+                                     f"(got {max_new_tokens})")
+                for g, run in runs.items():
+                    steps[g].append(statistics.median(run.passes[1:]))
+                bar.update(1)
+            out[d]["seconds"][B] = statistics.median(steps[0])
+            out[d]["step_raw"][B] = [statistics.median(a / b for a, b in zip(steps[g], steps[0])) for g in gammas[1:]]
+            out[d]["step"][B] = straight(out[d]["step_raw"][B])
+    bar.close()
+    return out
+
+
+def straight(ratios: list[float]) -> list[float]:
+    """The least-squares line a + b gamma through T(1), ..., T(G), kept above 1 and non-decreasing.
+
+    Each further draft adds one draft-model step and one verified position, so the loop's step cost
+    is close to a line in gamma; fitting one through all the gammas pools their timings, where the
+    fastest round of each alone still wanders by 10-20% on a shared 2-core host."""
+    n = len(ratios)
+    if n < 2:
+        return [max(r, 1.0) for r in ratios]
+    xs = range(1, n + 1)
+    mx, my = (n + 1) / 2, sum(ratios) / n
+    b = max(sum((x - mx) * (y - my) for x, y in zip(xs, ratios)) / sum((x - mx) ** 2 for x in xs), 0.0)
+    return [max(my + b * (x - mx), 1.0) for x in xs]
+
+
+def loop_priced(costs: BatchCosts, loop: dict, t1_seconds: dict) -> LoopCosts:
+    """``costs`` with the loop's measured step ratios; the catch-up (timed on forwards, in target
+    passes) converted to loop steps."""
+    catch_up = costs.catch_up
+    if isinstance(catch_up, dict):
+        catch_up = {B: c * t1_seconds[B] / loop["seconds"][B] for B, c in catch_up.items() if B in loop["seconds"]}
+    return LoopCosts(costs.verify_cost, costs.draft_cost, catch_up, step_cost=dict(loop["step"]))
