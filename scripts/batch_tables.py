@@ -15,10 +15,14 @@ Reads JSON only: no model, no torch.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # this checkout's specbook, as the other scripts do
+from specbook.markdown import markdown_table, read_json  # noqa: E402
 
 ROW_FIELDS = ("drafter", "policy", "batch_size", "tokens_per_s", "ms_per_token", "tau", "positions_per_pass",
               "wasted_fraction", "outputs_identical_to_plain")
@@ -27,10 +31,7 @@ ROW_FIELDS = ("drafter", "policy", "batch_size", "tokens_per_s", "ms_per_token",
 def load(path: str | Path) -> dict:
     """The report at ``path``; ValueError naming the file when it is not a batch report."""
     path = Path(path)
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: cannot read it as JSON ({err})") from err
+    report = read_json(path)
     missing = [k for k in ("command", "machine", "settings", "runs", "costs", "crossover", "roofline")
                if not isinstance(report, dict) or k not in report]
     if missing:
@@ -51,13 +52,12 @@ def _identical(run: dict) -> str:
 
 
 def runs_table(report: dict) -> str:
-    lines = ["| drafter | policy | B | tokens/s | ms per token | tau | positions per pass | wasted | identical to plain |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---|"]
-    for r in report["runs"]:
-        lines.append(f"| {r['drafter']} | {r['policy']} | {r['batch_size']} | {r['tokens_per_s']:.1f} | "
-                     f"{r['ms_per_token']:.1f} | {r['tau']:.2f} | {r['positions_per_pass']:.1f} | "
-                     f"{r['wasted_fraction']:.2f} | {_identical(r)} |")
-    return "\n".join(lines)
+    head = ["drafter", "policy", "B", "tokens/s", "ms per token", "tau", "positions per pass", "wasted",
+            "identical to plain"]
+    rows = [[r["drafter"], r["policy"], r["batch_size"], f"{r['tokens_per_s']:.1f}", f"{r['ms_per_token']:.1f}",
+             f"{r['tau']:.2f}", f"{r['positions_per_pass']:.1f}", f"{r['wasted_fraction']:.2f}", _identical(r)]
+            for r in report["runs"]]
+    return markdown_table(head, rows, "llrrrrrrl")
 
 
 def _ratios(table: dict) -> str:
@@ -94,14 +94,14 @@ def costs_table(report: dict) -> str:
     head += [f"c_B ({d})" for d in costs.get("c", {})]
     for d, timed in loop.items():
         head += [f"T_B({g}) {d}" for g in range(1, len(next(iter(timed["step"].values()))) + 1)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    rows = []
     for b in sorted(costs["v"], key=int):
         cells = [b, f"{costs['t1_seconds'][b] * 1000:.1f}"] + [f"{x:.2f}" for x in costs["v"][b][1:]]
         cells += [f"{c[b]:.3f}" for c in costs.get("c", {}).values()]
         for timed in loop.values():
             cells += [f"{x:.2f}" for x in timed["step"][b]]
-        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return markdown_table(head, rows, "r")
 
 
 def caption(path: str | Path, report: dict) -> str:

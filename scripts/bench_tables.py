@@ -23,9 +23,13 @@ no torch.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # this checkout's specbook, as the other scripts do
+from specbook.markdown import markdown_table, read_json  # noqa: E402
 
 BASELINE = "none"  # plain decoding: the drafter every speedup is relative to
 CURVE_N = (2, 3, 5, 9, 17)  # positions per pass shown from the verify-cost curve
@@ -36,10 +40,7 @@ ROW_FIELDS = ("engine", "drafter", "category", "tokens_per_s", "tau", "speedup_v
 def load_report(path: str | Path) -> dict:
     """The report at ``path``; ValueError naming the file when it is not a bench report."""
     path = Path(path)
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: cannot read it as JSON ({err})") from err
+    report = read_json(path)
     if not isinstance(report, dict) or not isinstance(report.get("runs"), list) or not report["runs"]:
         raise ValueError(f"{path}: not a bench report (no 'runs' list; write one with "
                          "python -m specbook bench --json)")
@@ -56,14 +57,6 @@ def load_report(path: str | Path) -> dict:
 def caption(path: str | Path, report: dict, what: str) -> str:
     command = report["settings"].get("command") or "command not recorded"
     return f"*{what}. From `{Path(path).as_posix()}`, written by `{command}`.*"
-
-
-def _table(head: list[str], rows: list[list[str]], text_columns: int = 1) -> str:
-    """A markdown table; the first ``text_columns`` columns left-aligned, the numbers right-aligned."""
-    rule = ["---" if i < text_columns else "---:" for i in range(len(head))]
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
 
 
 def _num(x, nd: int = 2, suffix: str = "") -> str:
@@ -91,7 +84,7 @@ def speedup_table(report: dict) -> str:
             row.append("-" if r is None else
                        f"{_num(r['speedup_vs_autoregressive'], suffix='x')} ({_num(r['tau'])})")
         rows.append(row)
-    return _table(["engine / drafter"] + categories + ["all"], rows)
+    return markdown_table(["engine / drafter"] + categories + ["all"], rows, "lr")
 
 
 def throughput_table(report: dict) -> str:
@@ -109,7 +102,7 @@ def throughput_table(report: dict) -> str:
         if both:
             row.append(_num(r["tokens_per_s"] / hf_plain["tokens_per_s"], suffix="x"))
         rows.append(row)
-    text = _table(head, rows)
+    text = markdown_table(head, rows, "lr")
     ratio = report.get("engine_ratio")
     if ratio:
         text += (f"\n\nPlain decoding, specbook over transformers, median of per-prompt tokens/s ratios: "
@@ -127,7 +120,7 @@ def verify_cost_table(report: dict) -> str:
     for engine, c in curves.items():
         at = dict(zip(c["n"], c["v"]))
         rows.append([engine, _num(1000 * c["seconds"][0], 1)] + [_num(at.get(n)) for n in ns])
-    return _table(["engine", "t(1) ms"] + [f"v({n})" for n in ns], rows)
+    return markdown_table(["engine", "t(1) ms"] + [f"v({n})" for n in ns], rows, "lr")
 
 
 def draft_sizes_table(report: dict) -> str:
@@ -137,8 +130,8 @@ def draft_sizes_table(report: dict) -> str:
         pilot = ", ".join(f"{k}: {v}" for k, v in (s.get("pilot") or {}).items())
         rows.append([drafter, s.get("kind", "-"), str(s.get("chosen", "-")),
                      _num(s.get("predicted_speedup"), suffix="x"), pilot or "-"])
-    return _table(["drafter", "kind", "chosen", "predicted speedup", "pilot (alpha, or tau per tree budget)"],
-                  rows, text_columns=2)
+    return markdown_table(["drafter", "kind", "chosen", "predicted speedup", "pilot (alpha, or tau per tree budget)"],
+                          rows, "llr")
 
 
 def render(path: str | Path, report: dict) -> str:

@@ -18,11 +18,13 @@ Every number is the report's, only rounded.  Bench reports have their own render
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # this checkout's specbook, as the other scripts do
+from specbook.markdown import read_json  # noqa: E402
 GRADING = "specbook.grading/1"
 POWER = "specbook.power_report/1"
 POWER_ROW_FIELDS = ("implementation", "case", "seeds", "pvalues", "detection_rate", "analytic_power", "median_pvalue")
@@ -31,10 +33,7 @@ POWER_ROW_FIELDS = ("implementation", "case", "seeds", "pvalues", "detection_rat
 def load(path: str | Path) -> dict:
     """The report at ``path``; ValueError naming the file when it is neither kind of report."""
     path = Path(path)
-    try:
-        report = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: cannot read it as JSON ({err})") from err
+    report = read_json(path)
     fmt = report.get("format") if isinstance(report, dict) else None
     if fmt not in (GRADING, POWER):
         raise ValueError(f"{path}: not a grading or power report (format {fmt!r}; write one with "
@@ -92,9 +91,7 @@ def render(path: str | Path, report: dict) -> str:
     if report["format"] == POWER:
         text = power_text(report)
     else:
-        if str(ROOT) not in sys.path:
-            sys.path.insert(0, str(ROOT))  # this checkout's specbook, as the other scripts do
-        from specbook.grading.tables import body  # only grading reports need specbook (and torch)
+        from specbook.grading.tables import body  # only grading reports need torch
 
         text = body(report).strip("\n")
     return caption(path, report) + "\n\n" + text

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 
+from ..markdown import markdown_table
+
 
 def fmt_power(x: float | None) -> str:
     if x is None or math.isnan(x):
@@ -55,12 +57,10 @@ def calibration_text(blocks: list[dict]) -> str:
             lines.append("\n" + null_line(b["checker"], b["null_simulation"]))
         if not b.get("rows"):
             continue
+        rows = [[f"{r['name']} ({r['description']})", r["kind"], f"{r['seeds'] - r['failed_lossless']}/{r['seeds']}",
+                 f"{r['seeds'] - r['failed']}/{r['seeds']}", f"{r['seconds_per_check']:.2f}"] for r in b["rows"]]
         lines += [f"\n`{b['checker']}`: {b['seeds']} seeds per implementation\n",
-                  "| implementation | kind | lossless=True | standard=True | s/check |", "|---|---|---|---|---|"]
-        for r in b["rows"]:
-            lines.append(f"| {r['name']} ({r['description']}) | {r['kind']} | "
-                         f"{r['seeds'] - r['failed_lossless']}/{r['seeds']} | {r['seeds'] - r['failed']}/{r['seeds']} | "
-                         f"{r['seconds_per_check']:.2f} |")
+                  markdown_table(["implementation", "kind", "lossless=True", "standard=True", "s/check"], rows)]
     return "\n".join(lines)
 
 
@@ -68,37 +68,34 @@ def detection_text(blocks: list[dict]) -> str:
     """Per checker: how often each lossy implementation failed each verdict, and the predicted power."""
     lines = []
     for b in blocks:
+        rows = [[f"{r['name']} ({r['description']})", f"{r['failed_lossless']}/{r['seeds']}",
+                 f"{r['failed']}/{r['seeds']}", f"{fmt_power(r['lossless_power'])} / {fmt_power(r['power'])}",
+                 fmt_margin(r["margin"]), r["caught_by"], f"{r['seconds_per_check']:.2f}"] for r in b["rows"]]
+        head = ["bug", "lossless=False", "standard=False", "predicted power (lossless tests only / all)",
+                "n margin (all)", "first failing check", "s/check (fail_fast)"]
         lines += [f"\n`{b['checker']}`: {len(b['rows'])} lossy implementations, {b['seeds']} seeds each\n",
-                  "| bug | lossless=False | standard=False | predicted power (lossless tests only / all) | "
-                  "n margin (all) | first failing check | s/check (fail_fast) |",
-                  "|---|---|---|---|---|---|---|"]
-        for r in b["rows"]:
-            lines.append(f"| {r['name']} ({r['description']}) | {r['failed_lossless']}/{r['seeds']} | "
-                         f"{r['failed']}/{r['seeds']} | {fmt_power(r['lossless_power'])} / {fmt_power(r['power'])} | "
-                         f"{fmt_margin(r['margin'])} | {r['caught_by']} | {r['seconds_per_check']:.2f} |")
+                  markdown_table(head, rows)]
     return "\n".join(lines)
 
 
 def timings_text(timings: dict) -> str:
     """Wall and CPU seconds of one full check per correct implementation (the best of the repeats)."""
-    lines = ["| checker | implementation | calls | wall s | CPU s | slowest case (wall s) |", "|---|---|---|---|---|---|"]
-    for r in timings["rows"]:
-        lines.append(f"| {r['checker']} | {r['implementation']} | {r['calls']} | {r['wall_s']:.2f} | "
-                     f"{r['cpu_s']:.2f} | {r['slowest_case']} ({r['slowest_case_wall_s']:.2f}) |")
-    return "\n".join(lines)
+    rows = [[r["checker"], r["implementation"], r["calls"], f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}",
+             f"{r['slowest_case']} ({r['slowest_case_wall_s']:.2f})"] for r in timings["rows"]]
+    return markdown_table(["checker", "implementation", "calls", "wall s", "CPU s", "slowest case (wall s)"], rows)
 
 
 def audit_text(audit: dict) -> str:
     """Both verdicts of each audited sampler over the seeds, and the first seed's failures."""
     seeds = audit["seeds"]
-    lines = [f"transformers {audit['transformers']}, check_verifier over {seeds} seed(s)\n",
-             "| sampler | lossless=True | standard=True | failures (first seed) | s/check |", "|---|---|---|---|---|"]
+    rows = []
     for r in audit["rows"]:
         first = r["failures_first_seed"]
         shown = "; ".join(first[:3]) + (f" (+{len(first) - 3} more)" if len(first) > 3 else "")
-        lines.append(f"| {r['sampler']} | {r['lossless_passed']}/{seeds} | {r['standard_passed']}/{seeds} | "
-                     f"{shown or '-'} | {r['seconds_per_check']:.2f} |")
-    return "\n".join(lines)
+        rows.append([r["sampler"], f"{r['lossless_passed']}/{seeds}", f"{r['standard_passed']}/{seeds}", shown or "-",
+                     f"{r['seconds_per_check']:.2f}"])
+    head = ["sampler", "lossless=True", "standard=True", "failures (first seed)", "s/check"]
+    return f"transformers {audit['transformers']}, check_verifier over {seeds} seed(s)\n\n" + markdown_table(head, rows)
 
 
 def body(results: dict) -> str:
