@@ -1,13 +1,10 @@
 """Lesson 6's BatchingExplorer, driven from Python: its table is specbook.roofline, it refuses bad values."""
 import re
 
-import ipywidgets as w
 import pytest
 
 from specbook import roofline
 from specbook.teach.batching import BatchingExplorer, plot_frontier, plot_throughput_curves
-
-PNG = b"\x89PNG\r\n\x1a\n"
 
 
 def cells(table_html: str) -> dict[str, str]:
@@ -28,16 +25,9 @@ def expected(batch, gamma, alpha, c, hardware="H100 SXM", dtype="bfloat16", para
     }
 
 
-def test_controls_match_the_contract():
-    ex = BatchingExplorer()
-    assert isinstance(ex.batch, w.IntSlider) and (ex.batch.min, ex.batch.max) == (1, 256)
-    assert isinstance(ex.gamma, w.IntSlider) and (ex.gamma.min, ex.gamma.max) == (0, 16)
-    assert isinstance(ex.alpha, w.FloatSlider) and (ex.alpha.min, ex.alpha.max) == (0.0, 1.0)
-    assert isinstance(ex.c, w.FloatSlider) and (ex.c.min, ex.c.max) == (0.0, 1.0)
-    assert set(ex.hardware.options) == set(roofline.PRESETS)
-    assert '<table class="specbook-batching-table">' in ex.table.value
-    assert bytes(ex.plot.value).startswith(PNG)
-    assert ex._repr_mimebundle_()["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.widget.model_id
+def test_hardware_choices_are_the_presets():
+    """The hardware menu is the roofline presets (the sliders, table and plot: test_widgets.py's contract)."""
+    assert set(BatchingExplorer().hardware.options) == set(roofline.PRESETS)
 
 
 def test_the_course_table_through_the_explorer():

@@ -10,6 +10,7 @@ import pytest
 
 from specbook import stats, theory
 from specbook.teach import rules
+from specbook.teach.batching import BatchingExplorer
 from specbook.teach.widgets import ProofExplorer, YieldExplorer
 from specbook.grading.twins import PER_TEST_ALPHA
 from statfamily import USED
@@ -36,17 +37,22 @@ def yield_expected(alpha: float, gamma: int, c: float, v: float) -> dict[str, st
 
 # ----------------------------------------------------------------------------- YieldExplorer
 
-def test_yield_explorer_controls_match_the_contract():
-    ex = YieldExplorer()
-    assert isinstance(ex.alpha, w.FloatSlider) and (ex.alpha.min, ex.alpha.max) == (0.0, 0.99)
-    assert isinstance(ex.gamma, w.IntSlider) and (ex.gamma.min, ex.gamma.max) == (0, 16)
-    assert isinstance(ex.c, w.FloatSlider) and (ex.c.min, ex.c.max) == (0.0, 1.0)
-    assert isinstance(ex.v, w.FloatSlider) and (ex.v.min, ex.v.max) == (1.0, 3.0)
-    assert isinstance(ex.table, w.HTML) and '<table class="specbook-yield-table">' in ex.table.value
+@pytest.mark.parametrize("make, table_class, sliders", [
+    (YieldExplorer, "specbook-yield-table", {"alpha": (w.FloatSlider, 0.0, 0.99), "gamma": (w.IntSlider, 0, 16),
+                                             "c": (w.FloatSlider, 0.0, 1.0), "v": (w.FloatSlider, 1.0, 3.0)}),
+    (BatchingExplorer, "specbook-batching-table", {"batch": (w.IntSlider, 1, 256), "gamma": (w.IntSlider, 0, 16),
+                                                   "alpha": (w.FloatSlider, 0.0, 1.0), "c": (w.FloatSlider, 0.0, 1.0)}),
+], ids=["yield", "batching"])
+def test_explorer_controls_match_the_contract(make, table_class, sliders):
+    """Each slider's kind and range, an HTML table, a PNG plot, one VBox that Jupyter displays."""
+    ex = make()
+    for name, (kind, low, high) in sliders.items():
+        control = getattr(ex, name)
+        assert isinstance(control, kind) and (control.min, control.max) == (low, high), name
+    assert isinstance(ex.table, w.HTML) and f'<table class="{table_class}">' in ex.table.value
     assert isinstance(ex.plot, w.Image) and bytes(ex.plot.value).startswith(PNG)
     assert isinstance(ex.widget, w.VBox)
-    bundle = ex._repr_mimebundle_()
-    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.widget.model_id
+    assert ex._repr_mimebundle_()["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.widget.model_id
 
 
 @pytest.mark.parametrize("alpha, gamma, c, v", [
