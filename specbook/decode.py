@@ -9,11 +9,9 @@ Shape legend: B batch (live rows), K draft length (chain tokens or tree nodes), 
            ─► emit accepted drafts + one corrected or bonus token
 
 The target's cache holds every emitted token but the last (the *pending* token, fed first in the
-next pass).  A tree draft (``Draft.parents``) takes the same path with the pending token as the
-tree's root.  Rows are independent (:mod:`specbook.rows`).  What a drafter and a target hand back
-is checked once, at the loop's door (:mod:`specbook.validate`); the optional capabilities the loop
-uses are Protocols (:mod:`specbook.protocols`).  ``on_step`` receives one :class:`DecodeStep` per
-pass (the lessons' traces are built on it); the ``*_steps`` forms yield them one ``next`` at a time.
+next pass; the root of a tree draft).  Rows are independent (:mod:`specbook.rows`); what a drafter
+and a target hand back is checked once, at the loop's door (:mod:`specbook.validate`).  ``on_step``
+gets one :class:`DecodeStep` per pass; the ``*_steps`` forms yield them one ``next`` at a time.
 """
 from __future__ import annotations
 
@@ -32,22 +30,17 @@ from .validate import check_budget, check_count, check_draft, check_target_logit
 from .verify import accept_chain, accept_greedy
 from .verify_tree import accept_tree, accept_tree_greedy, keep_indices
 
-__all__ = ["PAD", "DecodeStats", "DecodeStep", "GenerateResult", "generate", "generate_steps", "speculative_generate",
-           "speculative_steps"]
-
-
 @dataclass(frozen=True)
 class DecodeStep:
     """One verification pass, handed to ``on_step`` and yielded by the ``*_steps`` generators.
 
     rows:          the original row index (in the prompt) of each batch slot; ended rows are gone
     draft:         the drafter's :class:`~specbook.protocols.Draft` (tokens (B, K); K = 0 with no drafter)
-    target_logits: (B, K+1, V) the target's logits at the pending token and at every draft node
-    target_probs:  (B, K+1, V) the laws the verifier compared against (after SamplingParams), or None
-                   when greedy (temperature 0), which reads the logits
+    target_logits: (B, K+1, V) at the pending token and at every draft node
+    target_probs:  (B, K+1, V) what the verifier compared against (after SamplingParams); None if greedy
     tokens:        (B, K+1) the verified tokens, left-aligned; row b's first ``num_emitted[b]`` count
     num_emitted:   (B,) accepted drafts + 1 (the corrected or bonus token)
-    kept:          (B,) how many of those the row kept: fewer when it reached its budget or an end token
+    kept:          (B,) how many of those the row kept: fewer at its budget or an end token
     path:          (B, depth) the accepted root-to-node path of a tree draft (-1 padded); None for a chain
     """
 
@@ -88,8 +81,17 @@ def speculative_generate(target: Target, drafter: Drafter | None, prompt, max_ne
     decoding token for token.  A tree draft needs a target with ``keep`` (SupportsKeep).
     ``on_step`` is called after every pass and must not change the target or the drafter.
     """
-    return _run(speculative_steps(target, drafter, prompt, max_new_tokens, params=params, gamma=gamma,
-                                  generator=generator, progress=progress, eos_token_id=eos_token_id), on_step)
+    steps = speculative_steps(target, drafter, prompt, max_new_tokens, params=params, gamma=gamma,
+                              generator=generator, progress=progress, eos_token_id=eos_token_id)
+    if on_step is not None and not callable(on_step):
+        raise TypeError(f"on_step must be a callable or None, got {type(on_step).__name__}")
+    while True:
+        try:
+            step = next(steps)
+        except StopIteration as stop:
+            return stop.value
+        if on_step is not None:
+            on_step(step)
 
 
 def generate(target: Target, prompt, max_new_tokens: int, *, params: SamplingParams = SamplingParams(),
@@ -203,16 +205,3 @@ def _verify(target: Target, draft: Draft, pending: torch.Tensor, params: Samplin
     kept_indices = keep_indices(path, num_emitted)  # the root and the accepted path, packed into place
     target.keep(kept_indices)
     return logits, probs, tokens, num_emitted, kept_indices, path
-
-
-def _run(steps: Generator[DecodeStep, None, GenerateResult], on_step) -> GenerateResult:
-    """Drive a stepping generation to its end, handing each pass to ``on_step``."""
-    if on_step is not None and not callable(on_step):
-        raise TypeError(f"on_step must be a callable or None, got {type(on_step).__name__}")
-    while True:
-        try:
-            step = next(steps)
-        except StopIteration as stop:
-            return stop.value
-        if on_step is not None:
-            on_step(step)

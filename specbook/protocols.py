@@ -16,8 +16,8 @@ A *Drafter* proposes tokens for the target to verify.  It sees every row's whole
 plus everything emitted) and keeps whatever state it likes, re-synchronising by itself when the
 history it is shown diverges from the one it drafted on.
 
-The capabilities below are each a Protocol, checked with ``isinstance``; the loop
-(:mod:`specbook.decode`) asks for nothing that is not declared here.
+The optional capabilities are each a Protocol, checked with ``isinstance``; the loop asks for nothing
+that is not declared here.
 """
 from __future__ import annotations
 

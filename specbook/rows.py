@@ -39,9 +39,8 @@ class Rows:
         return max(self.max_new_tokens - len(self.emitted[b]) for b in self.live)
 
     def extend(self, tokens: list[list[int]], counts: list[int]) -> tuple[list[int], list[int]]:
-        """Append each live slot's ``tokens[s][:counts[s]]``, cut at the budget and after an end token.
-
-        Returns (number kept per slot, slots whose row has now ended)."""
+        """Append each live slot's ``tokens[s][:counts[s]]``, cut at the budget and after an end token;
+        returns (number kept per slot, slots whose row has now ended)."""
         num_kept, ended = [], []
         for s, (b, row, n) in enumerate(zip(self.live, tokens, counts)):
             new = row[: min(n, self.max_new_tokens - len(self.emitted[b]))]
@@ -67,11 +66,8 @@ class Rows:
 
 
 def prompt_device(prompt) -> torch.device:
-    if isinstance(prompt, torch.Tensor):
-        return prompt.device
-    if isinstance(prompt, (list, tuple)) and prompt and isinstance(prompt[0], torch.Tensor):
-        return prompt[0].device
-    return torch.device("cpu")
+    first = prompt[0] if isinstance(prompt, (list, tuple)) and prompt else prompt
+    return first.device if isinstance(first, torch.Tensor) else torch.device("cpu")
 
 
 def prefill(target: Target, rows: list[list[int]], device) -> list[list[int]]:

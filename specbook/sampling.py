@@ -19,9 +19,7 @@ import torch
 
 from .validate import check_logits, describe
 
-# Smallest positive temperature accepted: 1 / MIN_TEMPERATURE and MIN_TEMPERATURE itself stay
-# normal float32 numbers, far from the subnormal range (below 1.2e-38) where the division breaks.
-MIN_TEMPERATURE = 1e-30
+MIN_TEMPERATURE = 1e-30  # it and its inverse stay normal float32 numbers (subnormals start below 1.2e-38)
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,12 @@
 """Token trees: the bookkeeping that lets one forward pass verify many candidate continuations.
 
-Shape legend: N tree nodes, T cached context length, B batch.
+Shape legend: N tree nodes.
 
-A tree is given by ``parents`` (N,): ``parents[i]`` is the index of node i's parent, or -1 when
-node i hangs directly off the already-cached context.  Nodes are in topological order (every
-parent before its children), so a chain of K drafts is ``parents = [-1, 0, 1, ..., K-2]``.  With
-the tree flattened into one sequence, node i attends to the cached context and to its ancestors
-only, and sits at position ``cache_length + depth(i)`` (Miao et al., SpecInfer, 2024; Cai et al.,
-Medusa, 2024, sec. 2.1.2 "tree attention").
-
-:func:`check_parents` is the one check of parent links in specbook.  Positions and attention
-masks for a tree pass are in :mod:`specbook.tree_attention`; paths and Medusa-style choice lists
-in :mod:`specbook.tree_paths`; the picture of a tree next to its mask is
-:func:`specbook.teach.plots.draw_tree`.
+A tree is ``parents`` (N,): ``parents[i]`` is node i's parent, or -1 when node i hangs directly off
+the cached context; nodes are in topological order (parents first), so a chain of K drafts is
+``[-1, 0, 1, ..., K-2]`` (Miao et al., SpecInfer, 2024; Cai et al., Medusa, 2024, sec. 2.1.2).
+:func:`check_parents` is the one check of parent links in specbook.  Positions and attention masks
+of a tree pass: :mod:`specbook.tree_attention`; paths and Medusa choice lists: :mod:`specbook.tree_paths`.
 """
 from __future__ import annotations
 

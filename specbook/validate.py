@@ -2,10 +2,9 @@
 
 Shape legend: B batch (live rows), K draft tokens (chain length or tree nodes), V vocab, T prompt length.
 
-A bad value either crashes deep inside torch or silently breaks the lossless guarantee (a draft
-with q(x) = 0 makes p(x)/q(x) infinite: x is always accepted).  The decode loop checks at its door,
-naming who produced the value; the functions called directly (``verify_chain``, ``verify_tree``,
-``logits_to_probs``) use the same helpers, with the same tolerances, on their arguments.
+A bad value either crashes deep inside torch or silently breaks the lossless guarantee (q(x) = 0
+makes p(x)/q(x) infinite).  The decode loop checks at its door, naming who produced the value; the
+functions called directly (``verify_chain``, ``logits_to_probs``, ...) use the same helpers.
 """
 from __future__ import annotations
 
@@ -42,14 +41,19 @@ def check_tokens(name: str, tokens, vocab_size: int) -> None:
                          f"min {int(tokens.min())}, max {int(tokens.max())}")
 
 
+def _floats(name: str, x, shape: tuple | None, what: str) -> None:
+    """A floating-point tensor (..., V) with V >= 1, of ``shape`` if given."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise ValueError(f"{name} must be {what}, got {describe(x)}")
+    if shape is not None:
+        check_shape(name, x, shape)
+    if x.ndim == 0 or x.shape[-1] == 0:
+        raise ValueError(f"{name} has no vocabulary dimension (shape {tuple(x.shape)})")
+
+
 def check_probs(name: str, probs, shape: tuple | None = None) -> None:
     """Floating-point probability rows over the last dim: finite, >= 0, summing to 1 (SUM_TOLERANCE)."""
-    if not isinstance(probs, torch.Tensor) or not probs.is_floating_point():
-        raise ValueError(f"{name} must be a floating-point tensor, got {describe(probs)}")
-    if shape is not None:
-        check_shape(name, probs, shape)
-    if probs.ndim == 0 or probs.shape[-1] == 0:
-        raise ValueError(f"{name} has no vocabulary dimension (shape {tuple(probs.shape)})")
+    _floats(name, probs, shape, "a floating-point tensor")
     if probs.numel() == 0:
         return  # e.g. (B, 0, V): no drafts this step
     if not torch.isfinite(probs).all():
@@ -68,12 +72,7 @@ def check_probs(name: str, probs, shape: tuple | None = None) -> None:
 def check_logits(name: str, logits, shape: tuple | None = None, greedy: bool = False) -> None:
     """Floating-point logits (..., V): no NaN, no row where every token is -inf, and no +inf unless
     ``greedy`` (an argmax takes the first +inf; a softmax of +inf is NaN)."""
-    if not isinstance(logits, torch.Tensor) or not logits.is_floating_point():
-        raise ValueError(f"{name} must be float logits, got {describe(logits)}")
-    if shape is not None:
-        check_shape(name, logits, shape)
-    if logits.ndim == 0 or logits.shape[-1] == 0:
-        raise ValueError(f"{name} has no vocabulary dimension (shape {tuple(logits.shape)})")
+    _floats(name, logits, shape, "float logits")
     if torch.isnan(logits).any() or (not greedy and (logits == torch.inf).any()):
         raise ValueError(f"{name} contain NaN" + ("" if greedy else " or +inf"))
     dead = (logits == -torch.inf).all(-1)  # (...,)
@@ -180,11 +179,9 @@ def check_draft(draft, drafter, batch_size: int, vocab_size: int) -> None:
     if not isinstance(draft, Draft):
         raise TypeError(f"{who} {describe(draft)}; it must return a specbook.protocols.Draft")
     tokens = draft.tokens
-    if not isinstance(tokens, torch.Tensor) or tokens.dtype not in INT_DTYPES:
-        raise TypeError(f"{who} Draft.tokens as {describe(tokens)}; it must be a (B, K) integer tensor")
-    if tokens.ndim != 2 or tokens.shape[0] != batch_size:
-        raise ValueError(f"{who} Draft.tokens as {describe(tokens)}; it must be (B, K) with B = {batch_size} "
-                         "(one row per context)")
+    if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != batch_size:
+        raise ValueError(f"{who} Draft.tokens as {describe(tokens)}; it must be a (B, K) integer tensor with "
+                         f"B = {batch_size} (one row per context)")
     check_tokens(f"{who} Draft.tokens", tokens, vocab_size)
     B, K = tokens.shape
     if draft.parents is not None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from .sampling import sample
-from .validate import check_block, check_probs, check_shape, check_tokens
+from .validate import check_block, check_probs
 
 
 def work_dtype(*tensors: torch.Tensor | None) -> torch.dtype:
@@ -96,16 +96,12 @@ def verify_chain(
 
 def verify_token(target_probs: torch.Tensor, draft_probs: torch.Tensor | None, draft_token: int,
                  generator: torch.Generator | None = None) -> int:
-    """The rule for one position: accept ``draft_token`` or emit from the residual (no bonus).
-
-    target_probs, draft_probs: (V,).  Returns the emitted token.
-    """
-    check_probs("target_probs", target_probs)
-    check_shape("target_probs", target_probs, target_probs.shape[-1:])
+    """The rule for one position (no bonus): accept ``draft_token`` or emit from the residual.
+    target_probs, draft_probs: (V,).  Returns the emitted token."""
+    check_probs("target_probs", target_probs, target_probs.shape[-1:])
     V = target_probs.shape[0]
     if draft_probs is not None:
-        check_probs("draft_probs", draft_probs)
-        check_shape("draft_probs", draft_probs, (V,))
+        check_probs("draft_probs", draft_probs, (V,))
     if isinstance(draft_token, bool) or not isinstance(draft_token, int) or not 0 <= draft_token < V:
         raise ValueError(f"draft_token must be an int in [0, {V}), got {draft_token!r}")
     p, q, x = laws(target_probs[None, None], None if draft_probs is None else draft_probs[None, None],

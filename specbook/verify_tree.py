@@ -32,9 +32,6 @@ from .tree import check_parents, children, depths
 from .validate import check_block
 from .verify import emit, residual, work_dtype
 
-__all__ = ["verify_tree", "verify_tree_greedy", "accept_tree", "accept_tree_greedy", "child_table", "keep_indices"]
-
-
 def child_table(parents: torch.Tensor) -> torch.Tensor:
     """(N+1, C) long: row 0 lists the root's children, row i+1 node i's, in node order, -1 padded."""
     N = len(check_parents(parents))
