@@ -99,6 +99,37 @@ def page(chromium, lab):
     assert not dog.fired, f"the test ran past its {TEST_BUDGET_S}s budget and was stopped"
 
 
+@contextlib.contextmanager
+def explorer_lesson(page, lab, name: str, tag: str, table_class: str):
+    """Open lesson ``name``, run every cell, save it and read it back (no cell may hold an error);
+    yield (lesson, the explorer's output, its table); then no error may show anywhere."""
+    lesson = open_lesson(page, lab, name, tag)
+    with keep_evidence(lesson):
+        lesson.shot("opened")
+        run_all_cells(lesson)
+        nb = save_and_read(lesson)
+        assert not cell_output_errors(nb), fail_report(cell_output_errors(nb))
+        out = explorer_output(lesson, table_class)
+        yield lesson, out, out.locator(f"table.{table_class}")
+        errors = collect_errors(lesson, nb)
+        lesson.shot("log-console")
+        assert not errors, fail_report(errors)
+
+
+def expect_table(lesson, table, expected, inputs, step: str, timeout_s: float, source: str) -> dict[str, str]:
+    """Wait for ``table`` to show ``expected(*inputs())``, for the controls the page shows; return it."""
+    want = {}
+
+    def ok() -> bool:
+        nonlocal want
+        want = dict(expected(*inputs()))  # a copy: ``expected`` may be cached
+        return table.evaluate(CELLS_JS) == want
+
+    wait_until(lesson, ok, timeout_s,
+               lambda: f"{step}: table {table.evaluate(CELLS_JS)} != {source} {want} for {inputs()}")
+    return want
+
+
 # --------------------------------------------------------------------------- lesson 3: yield and speedup
 
 @functools.lru_cache(maxsize=None)
@@ -119,15 +150,8 @@ def library_yield_plot(alpha: float, gamma: int, c: float, v: float) -> str:
 
 def test_yield_lesson_in_jupyterlab(lab, page):
     """Lesson 3 runs in JupyterLab; keyboard moves of α and γ update table and plot to theory's numbers."""
-    lesson = open_lesson(page, lab, "03_yield_and_speedup.ipynb", "yield")
-    with keep_evidence(lesson):
-        lesson.shot("opened")
-        run_all_cells(lesson)
-        nb = save_and_read(lesson)
-        assert not cell_output_errors(nb), fail_report(cell_output_errors(nb))
-
-        out = explorer_output(lesson, "specbook-yield-table")
-        table = out.locator("table.specbook-yield-table")
+    with explorer_lesson(page, lab, "03_yield_and_speedup.ipynb", "yield",
+                         "specbook-yield-table") as (lesson, out, table):
         sliders = {name: slider(lesson, out, label) for name, label in
                    (("alpha", "α"), ("gamma", "γ"), ("c", "draft cost"), ("v", "verify cost"))}
 
@@ -135,20 +159,9 @@ def test_yield_lesson_in_jupyterlab(lab, page):
             a, g, c, v = (slider_value(sliders[k]) for k in ("alpha", "gamma", "c", "v"))
             return a, int(g), c, v
 
-        def shown() -> dict[str, str]:
-            return table.evaluate(CELLS_JS)
-
         def expect_theory(step: str) -> dict[str, str]:
             """Wait for the table to show theory's numbers for the sliders' readouts."""
-            want = {}
-
-            def ok() -> bool:
-                nonlocal want
-                want = dict(yield_table_from_theory(*inputs()))
-                return shown() == want
-
-            wait_until(lesson, ok, 30, lambda: f"{step}: table {shown()} != theory {want} for {inputs()}")
-            return want
+            return expect_table(lesson, table, yield_table_from_theory, inputs, step, 30, "theory")
 
         def expect_library_plot(step: str) -> str:
             """Wait for the plot to be, byte for byte, the library's picture for the readouts."""
@@ -162,7 +175,7 @@ def test_yield_lesson_in_jupyterlab(lab, page):
             wait_until(lesson, ok, 30, lambda: f"{step}: the plot is not the library's plot for {inputs()}")
             return want
 
-        assert set(shown()) >= {"expected_tokens", "speedup", "limit", "break_even_alpha", "optimal_gamma"}
+        assert set(table.evaluate(CELLS_JS)) >= {"expected_tokens", "speedup", "limit", "break_even_alpha", "optimal_gamma"}
         start_inputs = inputs()
         start_table = expect_theory("as rendered")
         start_plot = expect_library_plot("as rendered")
@@ -195,10 +208,6 @@ def test_yield_lesson_in_jupyterlab(lab, page):
                    lambda: "moved back: the plot is not the starting plot")
         lesson.mark("moved back")
 
-        errors = collect_errors(lesson, nb)
-        lesson.shot("log-console")
-        assert not errors, fail_report(errors)
-
 
 # --------------------------------------------------------------------------- lesson 2: the rule and its proof
 
@@ -224,14 +233,7 @@ def library_proof_explorer(match: float, temperature: float, sample_size: int, r
 
 def test_proof_lesson_in_jupyterlab(lab, page):
     """Lesson 2 runs in JupyterLab; its chi-square explorer renders and follows keyboard changes."""
-    lesson = open_lesson(page, lab, "02_rule_and_proof.ipynb", "proof")
-    with keep_evidence(lesson):
-        run_all_cells(lesson)
-        nb = save_and_read(lesson)
-        assert not cell_output_errors(nb), fail_report(cell_output_errors(nb))
-
-        out = explorer_output(lesson, "specbook-chi2-table")
-        table = out.locator("table.specbook-chi2-table")
+    with explorer_lesson(page, lab, "02_rule_and_proof.ipynb", "proof", "specbook-chi2-table") as (lesson, out, table):
         quality = slider(lesson, out, "draft quality")
         rule_select = out.locator(".widget-dropdown select")
         assert rule_select.count() == 1, "expected one rule selector"
@@ -282,10 +284,6 @@ def test_proof_lesson_in_jupyterlab(lab, page):
         assert rule_plot != moved_plot
         lesson.shot_widget("rule-changed", out)
         lesson.mark("rule-changed")
-
-        errors = collect_errors(lesson, nb)
-        lesson.shot("log-console")
-        assert not errors, fail_report(errors)
 
 
 # --------------------------------------------------------------------------- the detectors can fail
@@ -394,14 +392,8 @@ def library_batching_plot(batch: int, gamma: int, alpha: float, c: float, hardwa
 
 def test_batching_lesson_in_jupyterlab(lab, page):
     """Lesson 6 runs in JupyterLab; keyboard moves of B and γ update the table to specbook.roofline's numbers."""
-    lesson = open_lesson(page, lab, "06_batching_vs_speculation.ipynb", "batching")
-    with keep_evidence(lesson):
-        run_all_cells(lesson)
-        nb = save_and_read(lesson)
-        assert not cell_output_errors(nb), fail_report(cell_output_errors(nb))
-
-        out = explorer_output(lesson, "specbook-batching-table")
-        table = out.locator("table.specbook-batching-table")
+    with explorer_lesson(page, lab, "06_batching_vs_speculation.ipynb", "batching",
+                         "specbook-batching-table") as (lesson, out, table):
         sliders = {name: slider(lesson, out, label) for name, label in
                    (("batch", "batch size"), ("gamma", "draft length"), ("alpha", "acceptance"), ("c", "draft cost"))}
         selects = out.locator(".widget-dropdown select")
@@ -411,19 +403,8 @@ def test_batching_lesson_in_jupyterlab(lab, page):
             b, g, a, c = (slider_value(sliders[k]) for k in ("batch", "gamma", "alpha", "c"))
             return int(b), int(g), a, c, selects.nth(0).input_value(), selects.nth(1).input_value()
 
-        def shown() -> dict[str, str]:
-            return table.evaluate(CELLS_JS)
-
         def expect_roofline(step: str) -> dict[str, str]:
-            want = {}
-
-            def ok() -> bool:
-                nonlocal want
-                want = batching_table_from_roofline(*inputs())
-                return shown() == want
-
-            wait_until(lesson, ok, 60, lambda: f"{step}: table {shown()} != roofline {want} for {inputs()}")
-            return want
+            return expect_table(lesson, table, batching_table_from_roofline, inputs, step, 60, "roofline")
 
         start = inputs()
         assert start[4] == "H100 SXM" and start[5] == "bfloat16", start
@@ -454,7 +435,3 @@ def test_batching_lesson_in_jupyterlab(lab, page):
                    lambda: f"gamma moved: the plot is not the library's plot for {inputs()}")
         lesson.shot_widget("gamma-moved", out)
         lesson.mark("gamma-moved")
-
-        errors = collect_errors(lesson, nb)
-        lesson.shot("log-console")
-        assert not errors, fail_report(errors)
