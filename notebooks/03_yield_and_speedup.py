@@ -41,6 +41,7 @@ LEVEL = 0.01
 SEED = 0
 
 # %%
+import math
 import time
 from fractions import Fraction as F
 
@@ -358,7 +359,10 @@ fig
 # wraps a drafter and picks γ every round: it estimates α from the accepted /
 # verified counts of recent rounds (exponentially weighted, with a weak prior)
 # and drafts the γ that maximises the predicted speedup E(α, γ) / (γc + v(γ + 1)).
-# The loop's `gamma` is only the ceiling.
+# The loop's `gamma` is only the ceiling. (In a batch of different prompts it also
+# keeps one estimate per row, since such rows differ for a reason: one has text to
+# copy, another has none. The rows here are independent draws from one pair, so they
+# share one estimate: `row_prior=math.inf`.)
 #
 # A measurement on two constant-acceptance pairs, α = 0.9 and α = 0.4, with a
 # draft cost c = 0.2. For each pair we run fixed γ = 1, 2, 4, 8 and the adaptive
@@ -386,7 +390,7 @@ for a_true in tqdm((0.9, 0.4), desc="pairs", disable=FAST):
         run = speculative_generate(pair_target, DraftModelDrafter(pair_draft), adapt_prompts, NEW_TOKENS,
                                    params=SamplingParams(), gamma=g, generator=torch.Generator().manual_seed(SEED + 3))
         row[f"γ = {g}"] = modelled_speedup(run.stats, C_ADAPT)
-    adaptive = AdaptiveGamma(DraftModelDrafter(pair_draft), GammaPolicy(c=C_ADAPT))
+    adaptive = AdaptiveGamma(DraftModelDrafter(pair_draft), GammaPolicy(c=C_ADAPT, row_prior=math.inf))
     run = speculative_generate(pair_target, adaptive, adapt_prompts, NEW_TOKENS, params=SamplingParams(), gamma=8,
                                generator=torch.Generator().manual_seed(SEED + 3))
     row["adaptive"] = modelled_speedup(run.stats, C_ADAPT)

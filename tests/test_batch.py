@@ -2,6 +2,7 @@
 losslessness of batched speculation on the real model (batch 1 to 16, prompts of different lengths)."""
 from __future__ import annotations
 
+import math
 import os
 import time
 import warnings
@@ -9,6 +10,7 @@ import warnings
 import pytest
 import torch
 
+from specbook import theory
 from specbook.bench import batch as batch_cmd
 from specbook.bench.batch_calibration import LoopCosts, PinnedGamma, measure_loop_costs, straight
 from specbook.bench.batch_costs import (adaptive_vs_best, crossovers, measured_hardware, roofline_crossover,
@@ -18,7 +20,7 @@ from specbook.bench.batch_traces import WindowAcceptance
 from specbook.costs import BatchCosts
 from specbook.decode import generate, speculative_generate
 from specbook.drafters import AdaptiveGamma, DraftModelDrafter, GammaPolicy, NGramDrafter
-from specbook.drafters.adaptive import best_gamma, chain_expected
+from specbook.drafters.adaptive import best_gamma
 from specbook.protocols import Draft
 from specbook.sampling import GREEDY
 from specbook.toy import make_toy_pair
@@ -33,6 +35,11 @@ def sched(drafter, costs, *, shadow=False, **settings) -> AdaptiveGamma:
     drafting, decay 0.95, margin 0.2) and probing after 16 idle steps, unless ``settings`` say otherwise."""
     policy = {"decay": 0.95, "min_gamma": 0, "margin": 0.2, "probe_every": 16, **settings}
     return AdaptiveGamma(drafter, GammaPolicy(costs=costs, **policy), shadow)
+
+
+def chain_expected(alpha):
+    """E(alpha, gamma) as a function of gamma: one acceptance rate at every draft position."""
+    return lambda gamma: float(theory.expected_tokens(alpha, gamma))
 
 
 def best(costs, alpha, batch, ceiling, **kw) -> int:
@@ -104,7 +111,7 @@ def test_margin_keeps_speculation_off_where_the_predicted_gain_is_small():
     # The policy's margin grows with the batch (per-row work the model leaves out): none at B = 1.
     target, _ = make_toy_pair(6, 1, match=0.8, seed=2)
     for rows, drafts in ((1, True), (4, False)):
-        policy = sched(NGramDrafter(), BatchCosts({1: (1.0, 1.2)}), shadow=True, prior=1e6,
+        policy = sched(NGramDrafter(), BatchCosts({1: (1.0, 1.2)}), shadow=True, prior=1e6, row_prior=1e6,
                        prior_alpha=0.3, margin=0.2)  # alpha held at 0.3: S = 1.08 for gamma 1
         speculative_generate(target, policy, PROMPTS[:rows], 6, params=GREEDY, gamma=1)
         assert any(s.gamma for s in policy.steps) == drafts
@@ -126,7 +133,8 @@ class _HalfMatched:
 
 def test_policy_drafts_for_the_rows_furthest_behind():
     """A step is worth what it gives the rows that finish last; a row without a match gains nothing."""
-    policy = sched(_HalfMatched(), BatchCosts(FLAT), shadow=True, margin=0.0, prior=1e6, prior_alpha=0.8)
+    policy = sched(_HalfMatched(), BatchCosts(FLAT), shadow=True, margin=0.0, prior=1e6, row_prior=1e6,
+                   prior_alpha=0.8)
     ctx = [[1, 2, 3], [4, 5]]
     first = policy.propose([torch.tensor(c) for c in ctx], 4, GREEDY)
     assert first.num_tokens > 0  # rows level: half the batch gains, verification is nearly free
@@ -134,7 +142,8 @@ def test_policy_drafts_for_the_rows_furthest_behind():
     assert policy.propose([torch.tensor(c) for c in ctx], 4, GREEDY).num_tokens == 0  # row 1 is behind, unmatched
     # The pooled rule (one alpha over all rows) would have drafted here: the twin this test must tell apart.
     assert best(BatchCosts(FLAT), policy.alpha_estimate(), 2, 4) > 0
-    swapped = sched(_HalfMatched(), BatchCosts(FLAT), shadow=True, margin=0.0, prior=1e6, prior_alpha=0.8)
+    swapped = sched(_HalfMatched(), BatchCosts(FLAT), shadow=True, margin=0.0, prior=1e6, row_prior=1e6,
+                    prior_alpha=0.8)
     swapped.propose([torch.tensor(c) for c in ([4, 5], [1, 2, 3])], 4, GREEDY)
     # now the matched row 0 is the one behind: drafting helps the row that sets the pace
     assert swapped.propose([torch.tensor(c) for c in ([4, 5, 9], [1, 2, 3, 9, 9, 9, 9, 9])], 4, GREEDY).num_tokens > 0
@@ -162,6 +171,22 @@ def test_acceptance_is_estimated_per_draft_position():
     assert 0.35 < first < 0.65 and all(a > 0.9 for a in rest)
     assert 0.7 < policy.alpha_estimate() < 0.9
     assert policy.depth_alphas(6)[4:] == [pytest.approx(rest[-1], abs=0.1)] * 2  # untested positions inherit
+
+
+def test_a_rows_own_estimate_weighs_against_the_pool_by_row_prior():
+    """Rows that differ for a reason get their own estimates, the more so the weaker the row prior; rows
+    that differ only by chance share the pooled one (row_prior inf)."""
+    spread = {}
+    for weight in (1.0, 100.0, math.inf):
+        policy = sched(_Sevens(), BatchCosts(FLAT), margin=0.0, row_prior=weight)
+        ctx = [[1, 2], [1, 2]]
+        for _ in range(10):
+            k = policy.propose([torch.tensor(c) for c in ctx], 2, GREEDY).num_tokens
+            ctx = [ctx[0] + [7] * k + [3], ctx[1] + [9]]  # row 0 accepts every draft, row 1 none
+        spread[weight] = policy.row_alpha(0) - policy.row_alpha(1)
+    assert spread[1.0] > spread[100.0] > spread[math.inf] == 0
+    with pytest.raises(ValueError, match="row_prior"):
+        GammaPolicy(row_prior=0)
 
 
 def test_measured_roofline_uses_the_step_shape():

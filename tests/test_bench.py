@@ -201,6 +201,17 @@ def test_roofline_fraction_is_tokens_per_s_over_the_streaming_limit():
         memory_read_bandwidth(megabytes=0)
 
 
+def test_machine_info_names_the_device_the_run_used():
+    """One machine_info for every report: the bench and batch commands add the device they ran on."""
+    from specbook.machine import machine_info
+
+    plain, cpu = machine_info(), machine_info("cpu")
+    assert "device" not in plain and cpu["device"] == "cpu" and "gpu" not in cpu
+    for key in ("cpu", "logical_cores", "torch_threads", "torch", "transformers", "python", "platform",
+                "load_average_start"):
+        assert key in cpu
+
+
 def test_gamma_follows_the_verify_cost_curve_and_the_acceptance():
     from specbook.bench.sizing import choose_gamma
     from specbook.costs import CostCurve

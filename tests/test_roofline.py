@@ -173,3 +173,15 @@ def test_crossover_moves_with_acceptance_and_ridge():
 def test_bad_input_names_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_the_batch_commands_prediction_is_this_step_time():
+    """bench/batch_costs prices a step with rl.step_time on the machine's measured peaks: at every batch
+    size its predicted speedup is the one rl.predict gives for the same machine (no draft model)."""
+    from specbook.bench.batch_costs import measured_hardware, roofline_speedup
+
+    hw = measured_hardware({"matmul_flop_per_s": 2e12, "memory_bytes_per_s": 5e10, "dtype": "bfloat16"})
+    assert hw.peak("bfloat16") == 2e12 and rl.ridge(hw, "bfloat16") == pytest.approx(40)
+    for batch in (1, 8, 64):
+        expected = rl.predict(hw, "bfloat16", batch, 4, 0.7, 0.0, 1e8, 2).speedup
+        assert roofline_speedup(0.7, 4, batch, hw, "bfloat16", 10**8, 2) == pytest.approx(expected)

@@ -233,8 +233,9 @@ def batch_policy(costs, args) -> GammaPolicy:
       (drafting in Python row by row, rows padded to the longest draft, masks for rows out of step),
       which a small predicted gain cannot pay for once several rows share a pass (prompt lookup,
       forward-timed costs: at B = 8, gamma 1 predicted at S_B = 1.03 ran at 0.86 of plain decoding; with
-      a margin of 0.1, B = 16 still ran at 0.78).  Costs timed in the loop (:class:`~specbook.bench.batch_calibration.LoopCosts`) include
-      that work, but are themselves timed on a short calibration; the margin was kept."""
+      a margin of 0.1, B = 16 still ran at 0.78).  Costs timed in the loop
+      (:class:`~specbook.bench.batch_calibration.LoopCosts`) include that work, but are themselves timed
+      on a short calibration; the margin was kept."""
     return GammaPolicy(costs=costs, decay=0.95, min_gamma=0, margin=0.2, probe_every=4, horizon=args.max_new_tokens)
 
 
@@ -260,7 +261,8 @@ def settings(args) -> dict:
     return {k: v for k, v in vars(args).items() if k not in ("json_path", "command")}
 
 
-def compare(args, model, combos, targets, batches, fixed: dict, adaptive: dict, params, eos, progress: bool) -> list[dict]:
+def compare(args, model, combos, targets, batches, fixed: dict, adaptive: dict, params, eos,
+            progress: bool) -> list[dict]:
     """Every (drafter, policy) run at every batch size, ``--repeats`` times: the runs of one repeat stepped
     side by side (:func:`side_by_side`), ties broken in an order rotated each repeat.  ``fixed`` and
     ``adaptive``: the drafters of the two policies, by name."""

@@ -45,7 +45,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import theory
 from ..costs import BatchCosts, CostCurve
 from ..protocols import Draft, Drafter, SupportsSelectRows
 from ..sampling import SamplingParams
@@ -60,10 +59,13 @@ class GammaPolicy:
                  size (``step(batch, gamma)`` and ``catch_up_cost(batch, tokens)``, as
                  :class:`~specbook.costs.BatchCosts`), instead of both.
     decay, prior, prior_alpha: the pooled acceptance estimate is (decayed accepted + prior * prior_alpha)
-                 / (decayed verified + prior); a row's own estimate shrinks towards the pooled one
-                 and each draft position's towards the one before it, the same way.  decay 0.8
-                 remembers about the last 5 steps (0.95 about 20, steadier where a few rejections in
-                 a row would otherwise switch a good drafter off).
+                 / (decayed verified + prior); each draft position's estimate shrinks towards the one
+                 before it the same way.  decay 0.8 remembers about the last 5 steps (0.95 about 20,
+                 steadier where a few rejections in a row would otherwise switch a good drafter off).
+    row_prior:   pseudo-drafts of the pooled estimate in each row's own: small where rows differ for a
+                 reason (different prompts, one with text to copy and one without), ``math.inf`` where
+                 they differ only by chance (independent samples of one kind of text: the rows furthest
+                 behind are then merely the unlucky ones, and their own rates would underestimate).
     min_gamma:   drafts always asked for (1: acceptance stays observable); 0 needs ``shadow`` or probes.
     margin:      speculate only where S_B > 1 + margin (1 - 1/B): per-row work of a batched step that
                  the cost model leaves out (none at B = 1).
@@ -82,6 +84,7 @@ class GammaPolicy:
     decay: float = 0.8
     prior: float = 1.0
     prior_alpha: float = 0.5
+    row_prior: float = 1.0
     min_gamma: int = 1
     start_gamma: int = 4
     margin: float = 0.0
@@ -103,6 +106,9 @@ class GammaPolicy:
             raise ValueError(f"decay must be in [0, 1), got {self.decay!r}")
         if not self.prior > 0 or not 0 < self.prior_alpha < 1:
             raise ValueError(f"need prior > 0 and 0 < prior_alpha < 1, got {self.prior!r}, {self.prior_alpha!r}")
+        if not (isinstance(self.row_prior, (int, float)) and self.row_prior > 0):
+            raise ValueError(f"row_prior must be a number > 0 (math.inf: one estimate for all rows), "
+                             f"got {self.row_prior!r}")
         if self.min_gamma < 0 or self.start_gamma < self.min_gamma:
             raise ValueError(f"need 0 <= min_gamma <= start_gamma, got {self.min_gamma}, {self.start_gamma}")
         if not (isinstance(self.margin, (int, float)) and 0 <= self.margin < 10):
@@ -169,11 +175,6 @@ def best_gamma(costs, batch: int, ceiling: int, expected: Callable[[int], float]
     return best
 
 
-def chain_expected(alpha: float) -> Callable[[int], float]:
-    """E(alpha, gamma) as a function of gamma: one acceptance rate at every position."""
-    return lambda gamma: float(theory.expected_tokens(alpha, gamma))
-
-
 class AdaptiveGamma:
     """Wrap a chain drafter; each step draft the gamma the policy chooses (at most the loop's gamma).
 
@@ -205,7 +206,8 @@ class AdaptiveGamma:
         """Forget the acceptance history and the step log (a new workload)."""
         self._accepted, self._verified = 0.0, 0.0
         self._depth: list[list[float]] = []  # per draft position d = 1, 2, ...: [decayed accepted, decayed tested]
-        self._last: list[tuple[torch.Tensor, list[int], int, bool]] | None = None  # (context, proposal, verified, matched)
+        # per row of the last step: (context, proposal, drafts verified, whether the lookup matched)
+        self._last: list[tuple[torch.Tensor, list[int], int, bool]] | None = None
         self._rows: list[list[float]] = []  # per row [start length, decayed accepted, decayed verified]
         self._idle = 0  # consecutive steps at gamma 0
         self._drafted = False  # whether any step of this generation drafted (the drafter saw its context)
@@ -234,7 +236,10 @@ class AdaptiveGamma:
     def row_alpha(self, r: int) -> float:
         """Row r's acceptance estimate, shrunk towards the pooled one while its own history is short."""
         _, accepted, verified = self._rows[r]
-        return (accepted + self.policy.prior * self.alpha_estimate()) / (verified + self.policy.prior)
+        weight = self.policy.row_prior
+        if math.isinf(weight):
+            return self.alpha_estimate()
+        return (accepted + weight * self.alpha_estimate()) / (verified + weight)
 
     def depth_alphas(self, gamma: int) -> list[float]:
         """P(draft d accepted | drafts 1..d-1 accepted) for d = 1..gamma, pooled over rows; a position not
@@ -327,7 +332,8 @@ class AdaptiveGamma:
         g = max(g, min(p.min_gamma, gamma))
         if not self.shadow and g == 0 and gamma > 0:
             self._idle += 1
-            if p.probe_every and self._idle >= p.probe_every and self._catch_up(len(contexts), contexts) <= p.probe_budget:
+            due = p.probe_every and self._idle >= p.probe_every
+            if due and self._catch_up(len(contexts), contexts) <= p.probe_budget:
                 g, self._idle = 1, 0
         elif g:
             self._idle = 0
