@@ -1,7 +1,7 @@
 """Copy the browser test's screenshots that the README shows into docs/figures/.
 
 The pictures of the widgets in the README are not drawn separately: they are
-the screenshots ``tests/test_browser.py`` takes while it drives JupyterLab in
+the screenshots ``tests/course/test_browser.py`` takes while it drives JupyterLab in
 headless Chromium (see ``test-artifacts/browser/``).
 
     python scripts/browser_screenshots.py          # copy from the last test run
@@ -30,10 +30,10 @@ PICTURES = {
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--run", action="store_true", help="run tests/test_browser.py first")
+    parser.add_argument("--run", action="store_true", help="run tests/course/test_browser.py first")
     args = parser.parse_args(argv)
     if args.run:
-        test = subprocess.run([sys.executable, "-m", "pytest", "tests/test_browser.py", "-q"], cwd=REPO)
+        test = subprocess.run([sys.executable, "-m", "pytest", "tests/course/test_browser.py", "-q"], cwd=REPO)
         if test.returncode != 0:
             print("browser test failed; README pictures left as they were", file=sys.stderr)
             return test.returncode

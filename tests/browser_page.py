@@ -1,6 +1,6 @@
 """Test harness, part 2: a lesson open in JupyterLab, driven and inspected from playwright.
 
-Used by ``tests/test_browser.py`` (read its docstring first): open a notebook
+Used by ``tests/course/test_browser.py`` (read its docstring first): open a notebook
 in its own workspace, run every cell from the Run menu, save it and read it
 back, collect errors from every place they can show up (browser console, page
 errors, cell outputs, widget views, JupyterLab's log console), move sliders

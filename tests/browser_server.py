@@ -1,6 +1,6 @@
 """Test harness, part 1: a private JupyterLab server, Chromium prerequisites, a watchdog.
 
-Used by ``tests/test_browser.py`` (read its docstring first). The server runs
+Used by ``tests/course/test_browser.py`` (read its docstring first). The server runs
 on a free loopback port with token authentication, over a temporary root, with
 temporary Jupyter config/data/runtime/settings/workspace directories, so that
 nothing of the user's own Jupyter set-up leaks in and nothing is written into

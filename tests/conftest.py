@@ -7,7 +7,7 @@ os.environ.setdefault("SPECBOOK_FAST", "1")
 
 def pytest_sessionfinish(session, exitstatus):
     from specbook.grading.twins import FAMILY_BUDGET
-    from statfamily import USED
+    from support import USED
 
     if USED:
         print(f"\nstatistical family: {len(USED)} chi-square tests of correct code (budget {FAMILY_BUDGET}, family-wise false-alarm rate <= 1e-3)")

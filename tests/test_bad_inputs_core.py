@@ -25,7 +25,7 @@ from specbook.tree import children, depths, max_path_length
 from specbook.tree_paths import ancestors, leaf_paths, path_table, path_to
 from specbook.verify import verify_greedy
 
-from refusal import TIME_LIMIT, refuses, watchdog
+from support import TIME_LIMIT, refuses, watchdog
 
 PROPS = settings(derandomize=True, max_examples=150, deadline=None)
 INF, NAN = math.inf, math.nan

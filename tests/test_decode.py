@@ -7,7 +7,7 @@ from specbook.drafters import DraftModelDrafter, NGramDrafter
 from specbook.protocols import CountsPasses, Draft, SupportsKeep, SupportsObserve, SupportsPrefill
 from specbook.sampling import GREEDY, SamplingParams, logits_to_probs, sample
 from specbook.toy import make_toy_pair
-from statfamily import check_fit, check_rejects
+from support import check_fit, check_rejects
 
 N = 12_000
 L = 3  # generated tokens per sequence: 4**3 = 64 outcomes (order 1) per test

@@ -84,3 +84,18 @@ def test_a_name_that_is_no_module_is_still_an_attribute_error():
         with pytest.raises(AttributeError, match=f"{package.__name__}.*no_such_module"):
             package.no_such_module
     assert not hasattr(sb, "data") and not hasattr(sb, "weights"), "folders of files are not modules"
+
+
+def test_tests_are_laid_out_like_the_package():
+    """Every folder of tests/ is a subpackage of specbook, or course/ and docs/ (the lessons', the
+    assignments' and the documents' checks); every test module at the top names a core module."""
+    tests = pathlib.Path(__file__).resolve().parent
+    package = tests.parent / "specbook"
+    folders = {p.name for p in tests.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))}
+    subpackages = {p.name for p in package.iterdir() if (p / "__init__.py").exists()}
+    assert folders - {"course", "docs"} <= subpackages, folders - subpackages
+    cross = {"test_bad_inputs_core", "test_cli", "test_package_map", "test_packaging"}
+    for test in tests.glob("test_*.py"):
+        stem = test.stem[len("test_"):]
+        assert test.stem in cross or any((package / f"{stem[:i]}.py").exists() for i in range(len(stem), 0, -1)
+                                         if i == len(stem) or stem[i] == "_"), test.name

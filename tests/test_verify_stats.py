@@ -11,7 +11,7 @@ from specbook.grading.twins import BROKEN_TWINS, CASES, N, TWIN_CASES, chain_ver
 from specbook.laws import block_law
 from specbook.verify import verify_chain
 from specbook.verify_serving import verify_chain_serving
-from statfamily import check_fit, check_rejects
+from support import check_fit, check_rejects
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -2,7 +2,7 @@
 and the decoding loop with tree drafters.  Broken twins (tree_variants.BROKEN_TWINS) and Medusa's
 typical acceptance must fail the same tests the lossless rule passes.
 
-Family tests (statfamily.check_fit) added here: 4 block-law cases + 1 typical-acceptance
+Family tests (support.check_fit) added here: 4 block-law cases + 1 typical-acceptance
 self-consistency + 4 whole-sequence cases = 9.
 """
 from fractions import Fraction as F
@@ -25,7 +25,7 @@ from specbook.verify import verify_chain, verify_greedy
 from specbook.typical import typical_acceptance
 from specbook.verify_tree import keep_indices, verify_tree, verify_tree_greedy
 from specbook.grading.twins import encode_blocks
-from statfamily import check_fit, check_rejects
+from support import check_fit, check_rejects
 from tree_variants import BROKEN_TWINS, tree_verifier
 
 N_BLOCKS = 40_000  # rows per block-law case, drawn in one batched call

@@ -20,7 +20,7 @@ is rebuilt from scratch.
 Which occurrence.  ``prefer="latest"`` (default) copies from the most recent
 earlier occurrence, which follows the text's most recent habits;
 ``prefer="earliest"`` copies from the first one, the rule transformers uses
-(``tests/test_drafters.py`` checks that the drafts then equal transformers').
+(``tests/drafters/test_drafters.py`` checks that the drafts then equal transformers').
 
 Overlapping copies.  When the copied span runs into the end of the context
 (e.g. a line the model is repeating), ``overlap=True`` keeps copying from the
@@ -92,7 +92,7 @@ class NGramDrafter:
 
     After each ``propose``, ``match_lengths`` holds, per row, the length of the suffix that
     matched (0: no match, the row's draft is padding).  A longer match is a better bet;
-    :class:`~specbook.drafters.adaptive.AdaptiveGamma` keeps acceptance statistics per match length.
+    :class:`~specbook.drafters.adaptive.AdaptiveGamma` reads it to tell matched rows from unmatched ones.
     """
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1, prefer: str = "latest", overlap: bool = True):

@@ -2,7 +2,7 @@
 level at which both are judged.
 
 Shared by ``tests/`` (``test_verify_stats.py``, ``test_verify.py``, the family bookkeeping in
-``tests/statfamily.py``) and ``scripts/power_report.py``, which imports it without importing the
+``tests/support.py``) and ``scripts/power_report.py``, which imports it without importing the
 tests. It needs only the core (sampling, verify, laws, stats), so it sits in the checker's layer.
 
 * The family: every chi-square test of *correct* code in ``tests/`` runs at the Bonferroni level

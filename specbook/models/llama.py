@@ -10,7 +10,7 @@ Sennrich, 2019), rotary position embeddings (Su et al., 2021, "RoFormer", arXiv:
 eq. 34), grouped-query attention (Ainslie et al., 2023, arXiv:2305.13245) and a SwiGLU MLP
 (Shazeer, 2020, arXiv:2002.05202, eq. 6).  The numerics follow Hugging Face's
 ``LlamaForCausalLM`` (RMSNorm in float32, rotate-half RoPE), so logits match it on the same
-weights; see ``tests/test_models.py`` for the measured tolerance.
+weights; see ``tests/models/test_models.py`` for the measured tolerance.
 
 Three small departures from the textbook layout, all for speed on a CPU:
 

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from mdtables import md_tables
+from support import md_tables
 
 from specbook.grading.__main__ import main as grading_main
 from specbook.machine import machine_info
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = {"grading_": ROOT / "docs" / "grading.md", "power_report": ROOT / "docs" / "statistics.md"}
 
 

@@ -3,7 +3,7 @@
 The site builder (``scripts/build_site.py``) executes every ``notebooks/*.ipynb``
 in fast mode and renders it with nbconvert. This test builds the site into a
 temporary folder and opens each page from disk in headless Debian Chromium
-(playwright with ``executable_path``, as ``tests/test_browser.py`` does), with
+(playwright with ``executable_path``, as ``tests/course/test_browser.py`` does), with
 every request that leaves the machine blocked: the pages must stand on their
 own, figures included (MathJax and the widget renderer come from a CDN when a
 reader is online; offline the math stays as TeX source and the page still reads).
@@ -30,7 +30,7 @@ import nbformat
 import pytest
 from browser_server import STEP_S
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # A hard stop, not a target: five lessons in fast mode, one after another, on two cores
 # that other work may share (the real-model lesson 4 dominates). CELL_TIMEOUT_S is
 # per cell, as in build_site's --timeout.

@@ -23,7 +23,7 @@ from specbook.sampling import SamplingParams, sample
 from specbook.toy import make_toy_pair
 from specbook.verify import residual
 
-from statfamily import check_fit, check_rejects
+from support import check_fit, check_rejects
 
 PAIRS = 3_000
 L = 2

@@ -24,7 +24,7 @@ import functools
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "specbook"
 DOC = ROOT / "docs" / "architecture.md"
 

@@ -13,7 +13,7 @@ from specbook.drafters import DraftModelDrafter, NGramDrafter
 from specbook.protocols import Draft
 from specbook.sampling import GREEDY, SamplingParams
 from specbook.toy import make_toy_pair
-from statfamily import check_fit, check_rejects
+from support import check_fit, check_rejects
 
 PARAMS = [SamplingParams(), SamplingParams(temperature=0.7, top_p=0.9), GREEDY]
 

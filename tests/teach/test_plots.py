@@ -19,7 +19,7 @@ from specbook.toy import make_toy_pair
 from specbook.tree_attention import attention_mask
 from specbook.tree_paths import from_paths
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 

@@ -36,8 +36,8 @@ from specbook.sampling import GREEDY, SamplingParams, logits_to_probs
 from specbook.toy import make_toy_pair
 from specbook.train.data import teacher_replies
 from specbook.train.distill import DistillConfig, evaluate, train_draft
-from statfamily import check_fit, check_rejects
-from wrapped import WrappedTarget
+from support import check_fit, check_rejects
+from support import WrappedTarget
 
 MIN_MARGIN = 1e-3  # smallest top-2 logit gap allowed along the greedy reference trajectories
 

@@ -43,10 +43,10 @@ from specbook.train.features import features_from_ids, validation_indices
 from specbook.train.heads_data import all_prompts, overlaps, training_mix
 from specbook.train.prompts import Prompt, is_heldout
 from specbook.train.medusa import best_choices, head_ranks, tokens_per_pass, train_medusa
-from statfamily import check_fit, check_rejects
+from support import check_fit, check_rejects
 
 MIN_MARGIN = 1e-3
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 V_TINY, VD_TINY = 12, 9
 
 

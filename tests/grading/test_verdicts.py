@@ -1,7 +1,7 @@
 """The checker's two verdicts, its hints, and its timer.
 
 * lossless but not standard samplers: lossless=True, standard=False, and the report states the cost;
-* every lossy catalogue entry: lossless=False (tests/test_grading.py runs them all);
+* every lossy catalogue entry: lossless=False (tests/grading/test_grading.py runs them all);
 * a float32 sampler fails only where the residual is below float32's resolution, and is told so;
 * the timer stops a function that swallows every exception or ignores the alarm, and accepts
   "no limit" (math.inf, 1e10, None).

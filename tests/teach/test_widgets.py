@@ -13,7 +13,7 @@ from specbook.teach import rules
 from specbook.teach.batching import BatchingExplorer
 from specbook.teach.widgets import ProofExplorer, YieldExplorer
 from specbook.grading.twins import PER_TEST_ALPHA
-from statfamily import USED
+from support import USED
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

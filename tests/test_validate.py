@@ -15,8 +15,8 @@ from specbook.protocols import Draft
 from specbook.sampling import GREEDY, SamplingParams
 from specbook.toy import make_toy_pair
 
-from refusal import refuses
-from wrapped import WrappedTarget
+from support import refuses
+from support import WrappedTarget
 
 V = 6
 

@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("nbgrader")
 pytest.importorskip("jupytext")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("course", ROOT / "assignments" / "course.py")
 course = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(course)

@@ -15,8 +15,8 @@ from specbook.drafters import DraftModelDrafter, NGramDrafter
 from specbook.sampling import GREEDY, SamplingParams
 from specbook.toy import make_toy_pair
 
-from statfamily import check_fit, check_rejects
-from wrapped import WrappedTarget
+from support import check_fit, check_rejects
+from support import WrappedTarget
 
 PROMPTS = [[1, 2, 3, 1, 2], [4], [2, 2, 5, 1, 2, 3, 1, 2, 3], [3, 1]]
 

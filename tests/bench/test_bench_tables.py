@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mdtables import md_tables
+from support import md_tables
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COMMAND = "python -m specbook bench --limit 1 --json tiny.json"
 
 

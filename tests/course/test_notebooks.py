@@ -23,7 +23,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 LESSONS = {
     "01_the_loop": "all lesson-1 checks passed",
     "02_rule_and_proof": "all lesson-2 checks passed",

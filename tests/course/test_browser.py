@@ -62,7 +62,7 @@ from browser_server import (
     STEP_S, Watchdog, require_browser_tools, start_lab, stop_lab,
 )
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 TEST_BUDGET_S = 300  # hard stop per test (see Watchdog); a passing test takes about a minute
 
 pytestmark = pytest.mark.browser
@@ -362,7 +362,7 @@ def test_watchdog_turns_a_hang_into_a_failure():
     if not Path("/proc/self/stat").exists():
         pytest.skip("the watchdog finds its processes through /proc (Linux)")
     start = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", _HANG_SCRIPT, str(Path(__file__).parent)],
+    done = subprocess.run([sys.executable, "-c", _HANG_SCRIPT, str(Path(__file__).resolve().parents[1])],
                           capture_output=True, text=True, timeout=60)
     took = time.monotonic() - start
     assert done.returncode == 0, done.stdout + done.stderr

@@ -1,0 +1,115 @@
+"""The test suite's own helpers, in one module (scripts share specbook.grading.twins instead).
+
+* refusal: the check every bad-input test uses: a clear ValueError or TypeError, in time, never
+  silence (``refuses``, ``watchdog``);
+* the statistical family: every chi-square test of *correct* code calls :func:`check_fit` at the
+  Bonferroni level ``PER_TEST_ALPHA = FAMILY_ALPHA / FAMILY_BUDGET`` (level, block-law helpers and
+  broken twins: :mod:`specbook.grading.twins`); ``conftest.py`` counts the tests (``USED``) and fails
+  the session over budget; broken twins must be *rejected* (:func:`check_rejects`);
+* ``WrappedTarget``: a target that hands every call to the model it wraps, for tests that count or
+  corrupt one call;
+* ``md_tables``: markdown tables read back into cells, for tests of rendered reports.
+"""
+from __future__ import annotations
+
+import contextlib
+import signal
+
+from specbook.grading.twins import PER_TEST_ALPHA, fit_pvalue
+
+
+# ----------------------------------------------------------------------------- refusals
+
+TIME_LIMIT = 5.0  # seconds; a refusal should take milliseconds, a hang is caught here
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float):
+    """Raise TimeoutError in the main thread if the body runs longer than ``seconds``."""
+    def on_alarm(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def refuses(call, *fragments: str, limit: float = TIME_LIMIT) -> None:
+    """Assert that ``call()`` raises ValueError or TypeError mentioning every fragment, in time."""
+    with watchdog(limit):
+        try:
+            result = call()
+        except (ValueError, TypeError) as err:
+            message = str(err)
+        else:
+            raise AssertionError(f"accepted silently and returned {result!r}")
+    for fragment in fragments:
+        assert fragment in message, f"message {message!r} does not mention {fragment!r}"
+
+
+# ----------------------------------------------------------------------------- the statistical family
+
+USED: list[str] = []
+
+
+def check_fit(name: str, law: dict, observed: list) -> float:
+    """Assert that ``observed`` follows ``law`` at the family's per-test level; return the p-value."""
+    USED.append(name)
+    p = fit_pvalue(law, observed)
+    assert p > PER_TEST_ALPHA, f"{name}: chi-square p = {p:.3g} <= {PER_TEST_ALPHA:g} (observed outcomes do not follow the exact law)"
+    return p
+
+
+def check_rejects(name: str, law: dict, observed: list) -> float:
+    """Assert that a broken twin is caught: p-value below the per-test level."""
+    p = fit_pvalue(law, observed)
+    assert p <= PER_TEST_ALPHA, f"broken twin {name!r} was NOT caught: p = {p:.3g} > {PER_TEST_ALPHA:g}"
+    return p
+
+
+# ----------------------------------------------------------------------------- a pass-through target
+
+class WrappedTarget:
+    """Every Target method, optional capabilities included, passed through to ``inner``."""
+
+    def __init__(self, inner):
+        self.inner, self.vocab_size = inner, inner.vocab_size
+
+    def reset(self, batch_size):
+        self.inner.reset(batch_size)
+
+    @property
+    def cache_lengths(self):
+        return self.inner.cache_lengths
+
+    def rollback(self, lengths):
+        self.inner.rollback(lengths)
+
+    def select_rows(self, rows):
+        self.inner.select_rows(rows)
+
+    def keep(self, indices):
+        self.inner.keep(indices)
+
+    def forward(self, tokens, parents=None):
+        return self.inner.forward(tokens, parents)
+
+
+# ----------------------------------------------------------------------------- markdown tables
+
+def md_tables(text: str) -> list[list[list[str]]]:
+    """Each markdown table of ``text`` as rows of cells, header and rule line dropped."""
+    tables, current = [], None
+    for line in text.splitlines():
+        if line.startswith("|"):
+            if current is None:
+                current = []
+                tables.append(current)
+            current.append([c.strip() for c in line.strip("|").split("|")])
+        else:
+            current = None
+    return [t[2:] for t in tables]
