@@ -22,12 +22,9 @@ that is not declared here.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import torch
-
-if TYPE_CHECKING:
-    from .sampling import SamplingParams
 
 
 @dataclass
@@ -65,7 +62,7 @@ class Target(Protocol):
 
 @runtime_checkable
 class Drafter(Protocol):
-    def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
+    def propose(self, contexts: list[torch.Tensor], gamma: int, params,  # a specbook.sampling.SamplingParams
                 generator: torch.Generator | None = None) -> Draft: ...
 
 
