@@ -46,8 +46,11 @@ model: $(LAB_STAMP)
 browser:
 	bash scripts/ensure_chromium.sh
 
+# JupyterLab refuses to start as root (containers, many cloud notebook machines) unless told
+# --allow-root: pass it, and say so, only when the user is root.
 lab: install-lab model
-	$(BIN)/jupyter lab notebooks/
+	@if [ "$$(id -u)" = 0 ]; then echo "make lab: you are root, so JupyterLab is started with --allow-root"; fi
+	$(BIN)/jupyter lab notebooks/ $$(if [ "$$(id -u)" = 0 ]; then echo --allow-root; fi)
 
 tour: install-lab
 	$(BIN)/python -m specbook tour
