@@ -17,6 +17,8 @@ and reports, per run::
     wasted_fraction     computed draft positions that were rejected or padding (a row whose
                         drafter found fewer tokens is padded to the batch's K), over all positions
     padding_fraction    the padding alone (drafters that report ``match_lengths``: prompt lookup)
+    mean_acceptance_length, draft_acceptance_rate, ...  vLLM's and SGLang's acceptance figures
+                        (:func:`specbook.metrics.engine_metrics`), like tau from the first repeat
 
 and the crossover per drafter, the measured roofline of this machine with its prediction of the
 crossover from each drafter's measured acceptance, and (``--traces``) acceptance along

@@ -16,6 +16,7 @@ import torch
 
 from ..decode import DecodeStep, generate_steps, speculative_steps
 from ..drafters.adaptive import AdaptiveGamma
+from ..metrics import engine_metrics
 from ..sampling import SamplingParams
 from .batch_costs import now
 
@@ -153,7 +154,7 @@ class Run:
         return {"seconds": seconds, "prefill_seconds": prefill, "new_tokens": total,
                 "tokens_per_s": total / seconds,
                 "ms_per_token": 1000 * statistics.mean(f / max(n, 1) for f, n in zip(finished, lengths)),
-                "tau": out.stats.tau, "acceptance_rate": out.stats.acceptance_rate,
+                "tau": out.stats.tau, "acceptance_rate": out.stats.acceptance_rate, **engine_metrics(out.stats),
                 "positions_per_pass": (log.positions / log.passes) if log.passes else self.rows,
                 "wasted_fraction": log.wasted / positions if positions else 0.0,
                 "padding_fraction": log.padding / positions if positions else 0.0,

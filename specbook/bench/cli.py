@@ -29,8 +29,9 @@ JSON layout (``--json``)::
     {"machine": {...}, "target": "...", "settings": {..., "dtype", "stop_at_eos"},
      "roofline": {"bandwidth_bytes_per_s", "weights_bytes", ...}, "draft_sizes": {drafter: {...}},
      "runs": [{"engine", "drafter", "category", "dtype", "gamma", "tree_budget", "prompts", "new_tokens",
-               "seconds", "tokens_per_s", "tokens_per_s_total", "tau", "draft_efficiency", "speedup_vs_autoregressive",
-               "roofline_fraction", "weight_streaming_limit_tokens_per_s",
+               "seconds", "tokens_per_s", "tokens_per_s_total", "tau", "draft_efficiency", "draft_tokens",
+               "accepted_tokens", "draft_acceptance_rate", "speedup_vs_autoregressive", "roofline_fraction",
+               "weight_streaming_limit_tokens_per_s",
                "outputs_identical_to_autoregressive", "differences_are_near_ties",
                "output_ids_sha256": [...]}, ...],
      "overall": [...same fields over all categories...],
@@ -38,7 +39,11 @@ JSON layout (``--json``)::
 
 Definitions: ``tokens_per_s`` = median over prompts of new tokens / seconds;
 ``tokens_per_s_total`` = new_tokens / seconds; ``tau`` = emitted tokens / target passes;
-``draft_efficiency`` = accepted / proposed drafts (docs/glossary.md); ``speedup_vs_autoregressive`` = median over prompts
+``draft_efficiency`` = accepted / proposed drafts (docs/glossary.md); ``draft_tokens``, ``accepted_tokens``
+and ``draft_acceptance_rate`` (the same ratio) are vLLM's ``spec_decode_num_draft_tokens``,
+``spec_decode_num_accepted_tokens`` and draft acceptance rate, summed over the run's prompts
+(:mod:`specbook.metrics`; the mean acceptance length needs drafting steps, which a run's record
+does not carry); ``speedup_vs_autoregressive`` = median over prompts
 of (plain seconds / this drafter's seconds), same engine; ``roofline_fraction`` = median over
 prompts of tokens/s over the weight-streaming limit (measured read bandwidth / bytes one decode
 step streams: every weight once plus the KV cache at the run's mean context; above 1 only by

@@ -46,6 +46,8 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
         new = sum(r["new_tokens"] for r in group)
         secs = sum(r["seconds"] for r in group)
         passes, proposed = sum(r["passes"] for r in group), sum(r["proposed"] for r in group)
+        accepted = sum(r["accepted"] for r in group)
+        efficiency = round(accepted / proposed, 4) if proposed else None  # counters summed, not ratios averaged
         ar = [base.get((r["engine"], r["id"])) for r in group]
         identical = all(a is not None and a["sha256"] == r["sha256"] for a, r in zip(ar, group)) if greedy else None
         differing = [r for a, r in zip(ar, group) if a is not None and a["sha256"] != r["sha256"]]
@@ -56,7 +58,8 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
                 "tokens_per_s": round(_median(r["new_tokens"] / r["seconds"] for r in group), 3),
                 "tokens_per_s_total": round(new / secs, 3),
                 "tau": round(sum(r["emitted"] for r in group) / passes, 4),
-                "draft_efficiency": round(sum(r["accepted"] for r in group) / proposed, 4) if proposed else None,
+                "draft_efficiency": efficiency,
+                "draft_tokens": proposed, "accepted_tokens": accepted, "draft_acceptance_rate": efficiency,
                 "speedup_vs_autoregressive": _round(_median(a["seconds"] / r["seconds"] if a else None
                                                             for a, r in zip(ar, group))),
                 "roofline_fraction": _round(_median(r["roofline_fraction"] for r in group)),
