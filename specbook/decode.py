@@ -138,9 +138,10 @@ def speculative_steps(target: Target, drafter: Drafter | None, prompt, max_new_t
 def _loop(target, drafter, rows: Rows, params, gamma, generator, progress, device):
     """Draft, check, verify, roll back or keep, observe, record: one pass per iteration."""
     stats = DecodeStats()
-    passes_before = drafter.passes if isinstance(drafter, CountsPasses) else 0
+    observes, counts = isinstance(drafter, SupportsObserve), isinstance(drafter, CountsPasses)  # once: not cheap
+    passes_before = drafter.passes if counts else 0
     kept_indices = prefill(target, rows.prompts, device)
-    if isinstance(drafter, SupportsObserve):
+    if observes:
         drafter.observe(target, kept_indices)  # the prefilled prompt, pending excluded
     pending = pending_tokens(rows, device)  # (B, 1)
     bar = tqdm(total=rows.max_new_tokens, disable=not progress, desc="generate" if drafter is None else "speculative")
@@ -152,9 +153,9 @@ def _loop(target, drafter, rows: Rows, params, gamma, generator, progress, devic
             draft = drafter.propose(rows.contexts(device), min(gamma, rows.room() - 1), params, generator)
             check_draft(draft, drafter, B, V)
         logits, probs, tokens, num_emitted, kept_indices, path = _verify(target, draft, pending, params, generator)
-        if isinstance(drafter, SupportsObserve):
+        if observes:
             drafter.observe(target, kept_indices)
-        if isinstance(drafter, CountsPasses):
+        if counts:
             stats.draft_passes = drafter.passes - passes_before
         slots = tuple(rows.live)
         num_kept, ended = rows.extend(tokens.tolist(), num_emitted.tolist())

@@ -73,11 +73,11 @@ def check_logits(name: str, logits, shape: tuple | None = None, greedy: bool = F
     """Floating-point logits (..., V): no NaN, no row where every token is -inf, and no +inf unless
     ``greedy`` (an argmax takes the first +inf; a softmax of +inf is NaN)."""
     _floats(name, logits, shape, "float logits")
-    if torch.isnan(logits).any() or (not greedy and (logits == torch.inf).any()):
+    top = logits.amax(-1)  # (...,) one pass: NaN propagates; +inf, and a row of only -inf, show in the maximum
+    if torch.isnan(top).any() or (not greedy and (top == torch.inf).any()):
         raise ValueError(f"{name} contain NaN" + ("" if greedy else " or +inf"))
-    dead = (logits == -torch.inf).all(-1)  # (...,)
-    if dead.any():
-        where = [int(i) for i in dead.nonzero()[0]]
+    if (top == -torch.inf).any():
+        where = [int(i) for i in (top == -torch.inf).nonzero()[0]]
         raise ValueError(f"{name}{where} is -inf everywhere: no token is possible there")
 
 
