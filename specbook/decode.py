@@ -8,10 +8,10 @@ Shape legend: B batch (live rows), K draft length (chain tokens or tree nodes), 
            ─► target.rollback / target.keep(the accepted path), per row
            ─► emit accepted drafts + one corrected or bonus token
 
-The target's cache holds every emitted token but the last (the *pending* token, fed first in the
-next pass; the root of a tree draft).  Rows are independent (:mod:`specbook.rows`); what a drafter
-and a target hand back is checked once, at the loop's door (:mod:`specbook.validate`).  ``on_step``
-gets one :class:`DecodeStep` per pass; the ``*_steps`` forms yield them one ``next`` at a time.
+The target's cache holds every emitted token but the last (the *pending* token, fed first in the next
+pass; the root of a tree draft).  Rows are independent (:mod:`specbook.rows`); what a drafter and a
+target hand back is checked once, at the loop's door (:mod:`specbook.validate`).  ``on_step`` gets one
+:class:`DecodeStep` per pass; the ``*_steps`` forms yield them one ``next`` at a time.
 """
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class GenerateResult:
 def speculative_generate(target: Target, drafter: Drafter | None, prompt, max_new_tokens: int, *,
                          params: SamplingParams = SamplingParams(), gamma: int = 4,
                          generator: torch.Generator | None = None, progress: bool = False,
-                         eos_token_id: int | Sequence[int] | None = None,
+                         eos_token_id: int | Sequence[int] | None = None, chain_verifier: Callable = accept_chain,
                          on_step: Callable[[DecodeStep], None] | None = None) -> GenerateResult:
     """Speculative decoding with any drafter (None: plain decoding); the output law equals :func:`generate`'s.
 
@@ -80,9 +80,10 @@ def speculative_generate(target: Target, drafter: Drafter | None, prompt, max_ne
     pass (none past the longest remaining budget).  Temperature 0: the output equals greedy
     decoding token for token.  A tree draft needs a target with ``keep`` (SupportsKeep).
     ``on_step`` is called after every pass and must not change the target or the drafter.
+    ``chain_verifier`` (sampled chains): ``verify.accept_chain`` (token-wise) or ``verify_block.accept_block``.
     """
-    steps = speculative_steps(target, drafter, prompt, max_new_tokens, params=params, gamma=gamma,
-                              generator=generator, progress=progress, eos_token_id=eos_token_id)
+    steps = speculative_steps(target, drafter, prompt, max_new_tokens, params=params, gamma=gamma, generator=generator,
+                              progress=progress, eos_token_id=eos_token_id, chain_verifier=chain_verifier)
     if on_step is not None and not callable(on_step):
         raise TypeError(f"on_step must be a callable or None, got {type(on_step).__name__}")
     while True:
@@ -114,7 +115,8 @@ def generate_steps(target: Target, prompt, max_new_tokens: int, *, params: Sampl
 def speculative_steps(target: Target, drafter: Drafter | None, prompt, max_new_tokens: int, *,
                       params: SamplingParams = SamplingParams(), gamma: int = 4,
                       generator: torch.Generator | None = None, progress: bool = False,
-                      eos_token_id: int | Sequence[int] | None = None) -> Generator[DecodeStep, None, GenerateResult]:
+                      eos_token_id: int | Sequence[int] | None = None,
+                      chain_verifier: Callable = accept_chain) -> Generator[DecodeStep, None, GenerateResult]:
     """:func:`speculative_generate` as a Python generator: each ``next`` runs one pass and yields its
     :class:`DecodeStep`; the :class:`GenerateResult` is the return value.  Arguments are checked at
     once; the prefill runs with the first pass."""
@@ -128,14 +130,16 @@ def speculative_steps(target: Target, drafter: Drafter | None, prompt, max_new_t
     check_count("gamma", gamma, 0)
     if not isinstance(params, SamplingParams):
         raise TypeError(f"params must be a SamplingParams, got {type(params).__name__}")
+    if not callable(chain_verifier):  # e.g. "block": pass specbook.verify_block.accept_block itself
+        raise TypeError(f"chain_verifier must be a function like accept_chain, got {chain_verifier!r}")
     prompts = prompt_rows(prompt, target.vocab_size)
     eos = eos_ids(eos_token_id, target.vocab_size)
     check_budget(target, prompts, max_new_tokens)
     return _loop(target, drafter, Rows(prompts, max_new_tokens, eos), params, gamma, generator, progress,
-                 prompt_device(prompt))
+                 prompt_device(prompt), chain_verifier)
 
 
-def _loop(target, drafter, rows: Rows, params, gamma, generator, progress, device):
+def _loop(target, drafter, rows: Rows, params, gamma, generator, progress, device, chain_verifier):
     """Draft, check, verify, roll back or keep, observe, record: one pass per iteration."""
     stats = DecodeStats()
     observes, counts = isinstance(drafter, SupportsObserve), isinstance(drafter, CountsPasses)  # once: not cheap
@@ -152,7 +156,8 @@ def _loop(target, drafter, rows: Rows, params, gamma, generator, progress, devic
         else:  # drafts past the longest remaining budget could never be emitted: do not ask for them
             draft = drafter.propose(rows.contexts(device), min(gamma, rows.room() - 1), params, generator)
             check_draft(draft, drafter, B, V)
-        logits, probs, tokens, num_emitted, kept_indices, path = _verify(target, draft, pending, params, generator)
+        logits, probs, tokens, num_emitted, kept_indices, path = _verify(target, draft, pending, params,
+                                                                           generator, chain_verifier)
         if observes:
             drafter.observe(target, kept_indices)
         if counts:
@@ -172,7 +177,7 @@ def _loop(target, drafter, rows: Rows, params, gamma, generator, progress, devic
     return GenerateResult(tokens, new_tokens, stats, lengths)
 
 
-def _verify(target: Target, draft: Draft, pending: torch.Tensor, params: SamplingParams, generator):
+def _verify(target: Target, draft: Draft, pending: torch.Tensor, params: SamplingParams, generator, chain_verifier):
     """One target pass over ``[pending] + draft``, verification, and the cache cut back to what was kept:
     (logits (B, K+1, V), probs or None, tokens (B, K+1), num_emitted (B,), kept indices, tree path or None)."""
     B, K, V = pending.shape[0], draft.num_tokens, target.vocab_size
@@ -196,7 +201,7 @@ def _verify(target: Target, draft: Draft, pending: torch.Tensor, params: Samplin
     probs = None if params.greedy else warp(logits, params)  # (B, K+1, V)
     if draft.parents is None:
         tokens, num_emitted = (accept_greedy(logits, x) if params.greedy
-                               else accept_chain(probs, draft.probs, x, generator))
+                               else chain_verifier(probs, draft.probs, x, generator))
         if K:  # keep the pending token and the accepted drafts; the last emitted token becomes pending
             target.rollback(lengths_before + num_emitted.to(lengths_before.device))
         return logits, probs, tokens, num_emitted, [list(range(n)) for n in num_emitted.tolist()], None
