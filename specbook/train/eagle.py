@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from ..cliargs import nonnegative_float, positive_int
 from ..drafters.eagle import EagleConfig, EagleHead, HeadCache
 from .features import FeatureSet
+from .distributed import Checkpoints, World, restore, training_state
 from .heads_cli import heads_parser, load_heads_data, training_record, write_heads
 from .medusa import target_features, to_draft_ids
 from .schedule import warmup_cosine
@@ -41,17 +42,14 @@ from .schedule import warmup_cosine
 DEFAULT_NAME = "eagle_smollm2-135m"
 
 
-def unroll(head: EagleHead, embed, z: torch.Tensor, next_tokens: torch.Tensor, steps: int,
-           noise: float = 0.0, generator: torch.Generator | None = None) -> list[torch.Tensor]:
+def unroll(head: EagleHead, embed, z: torch.Tensor, next_tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
     """Run the head ``steps`` times over every position at once; returns [zhat^(0), ..., zhat^(U-1)].
 
-    z (B, L, D): true features z_0..z_{L-1}; next_tokens (B, L + steps - 1): x_1..x_{L+U-1}.
-    zhat^(j)[:, t] is the head's guess of z_{t+j+1} after j steps of feeding on itself
-    (step 0 is teacher-forced).  ``noise``: half-width of the uniform noise on true features.
+    z (B, L, D): true features z_0..z_{L-1} (noisy ones in training, :func:`feature_noise`);
+    next_tokens (B, L + steps - 1): x_1..x_{L+U-1}.  zhat^(j)[:, t] is the head's guess of
+    z_{t+j+1} after j steps of feeding on itself (step 0 is teacher-forced).
     """
     B, L, D = z.shape
-    if noise:
-        z = z + (torch.rand(z.shape, generator=generator, device=z.device) * 2 - 1) * noise
     cache = HeadCache()  # grows by one step of every branch per unroll step
     t = torch.arange(L, device=z.device)
     causal = t[None, :] <= t[:, None]  # (L, L) true pairs up to t
@@ -66,13 +64,24 @@ def unroll(head: EagleHead, embed, z: torch.Tensor, next_tokens: torch.Tensor, s
     return out
 
 
-def _batch(fs: FeatureSet, model, seqs: list[int], steps: int, vocab: torch.Tensor):
-    """Padded tensors for sequences ``seqs``: z (B, L, D), next tokens, targets, soft labels, masks."""
-    V = model.config.vocab_size
+def feature_noise(z: torch.Tensor, noise: float, generator: torch.Generator, batch: int, rows: range) -> torch.Tensor:
+    """z (b, L, D) plus uniform noise of half-width ``noise`` (EAGLE sec. 4.2).  The noise is drawn
+    on the CPU for the whole global batch of ``batch`` sequences and ``rows`` of it are kept, so
+    the ranks of a data-parallel run add exactly the noise one process would."""
+    if not noise:
+        return z
+    u = torch.rand((batch, *z.shape[1:]), generator=generator)[rows.start : rows.stop]  # (b, L, D)
+    return z + (u.to(z.device) * 2 - 1) * noise
+
+
+def _batch(fs: FeatureSet, model, seqs: list[int], steps: int, vocab: torch.Tensor, length: int | None = None):
+    """Padded tensors for sequences ``seqs`` on the model's device: z (B, L, D), next tokens, targets,
+    soft labels, masks.  L: ``length``, or the longest sequence's number of pairs."""
+    V, device = model.config.vocab_size, model.lm_head.weight.device
     parts = [fs.sequence(s) for s in seqs]
-    L = max(len(p[0]) - 2 for p in parts)
+    L = max(len(p[0]) - 2 for p in parts) if length is None else length
     B, D = len(seqs), fs.hidden.shape[1]
-    z = torch.zeros(B, L + steps, D)
+    z = torch.zeros(B, L + steps, D, device=device)
     toks = torch.zeros(B, L + steps, dtype=torch.long)
     lab_ids = torch.full((B, L + steps, fs.topk_ids.shape[1]), -100, dtype=torch.long)
     lab_lp = torch.full((B, L + steps, fs.topk_ids.shape[1]), -math.inf)
@@ -80,18 +89,19 @@ def _batch(fs: FeatureSet, model, seqs: list[int], steps: int, vocab: torch.Tens
     reply = torch.zeros(B, L + steps, dtype=torch.bool)  # position's next token is part of the reply
     for b, (s, (tok, hid, ti, tl)) in enumerate(zip(seqs, parts)):
         n = len(hid)  # T - 1 features
-        z[b, :n] = target_features(model, hid)
+        z[b, :n] = target_features(model, hid.to(device))
         toks[b, : len(tok) - 1] = tok[1:]
         lab_ids[b, :n] = to_draft_ids(ti, vocab, V)
         lab_lp[b, :n] = tl.float()
         valid[b, :n] = True
         reply[b, max(0, int(fs.prompt_lengths[s]) - 1) : n] = True
     lab_lp = lab_lp.masked_fill(lab_ids < 0, -math.inf)
-    return z, toks, lab_ids.clamp(min=0), lab_lp, valid, reply, L
+    on = [t.to(device) for t in (toks, lab_ids.clamp(min=0), lab_lp, valid, reply)]
+    return z, *on, L
 
 
 def _losses(zhats, z, lab_ids, lab_lp, valid, lm, L):
-    """Per step: (regression loss, token loss, top-1 agreement) over positions with a target."""
+    """Per step: (regression loss, token loss, top-1 agreement, number of positions with a target)."""
     out = []
     for j, zhat in enumerate(zhats):
         tgt = z[:, j + 1 : j + 1 + L]  # z_{t+j+1}
@@ -99,15 +109,41 @@ def _losses(zhats, z, lab_ids, lab_lp, valid, lm, L):
         ids, lp = lab_ids[:, j + 1 : j + 1 + L], lab_lp[:, j + 1 : j + 1 + L]
         m = m & torch.isfinite(lp).any(-1)
         if not m.any():
-            out.append((zhat.sum() * 0, zhat.sum() * 0, 0.0))
+            out.append((zhat.sum() * 0, zhat.sum() * 0, zhat.new_zeros(()), m.sum()))
             continue
         reg = F.smooth_l1_loss(zhat[m], tgt[m])
         logq = (zhat[m] @ lm.T).log_softmax(-1)  # (n, Vd)
         p = lp[m].softmax(-1)  # (n, k) the target's distribution on its top-k, renormalised
         cls = -(p * logq.gather(-1, ids[m])).sum(-1).mean()
-        agree = (logq.argmax(-1) == ids[m][:, 0]).float().mean().item()
-        out.append((reg, cls, agree))
+        agree = (logq.argmax(-1) == ids[m][:, 0]).float().mean().detach()
+        out.append((reg, cls, agree, m.sum()))
     return out
+
+
+def eagle_loss(head, model, fs: FeatureSet, batch: list[int], vocab: torch.Tensor, lm: torch.Tensor,
+               generator: torch.Generator, world: World, *, unroll_steps: int, noise: float, w_cls: float,
+               step_weights: tuple[float, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's loss on its slice of the global ``batch`` of sequences, and the top-1 agreement
+    of each unroll step (U,).  Sequences are padded to the global batch's length so that the
+    noise of every rank's rows is one process's; each step's means are scaled by the rank's
+    share of the global batch's positions (:meth:`World.share`), so DDP's gradient average is
+    the global batch's gradient."""
+    rows = world.shard(range(len(batch)))
+    L = max(int(fs.starts[s + 1] - fs.starts[s]) - 2 for s in batch)  # the global batch's pairs
+    z, toks, ids, lp, valid, _, _ = _batch(fs, model, [batch[i] for i in rows], unroll_steps, vocab, length=L)
+    zhats = unroll(head, model.embed, feature_noise(z[:, :L], noise, generator, len(batch), rows), toks, unroll_steps)
+    per_step = _losses(zhats, z, ids, lp, valid, lm, L)
+    shares = world.share(torch.stack([n for *_, n in per_step]))  # (U,), ones in one process
+    loss = sum(w * ((reg + w_cls * cls) * share) for w, (reg, cls, _, _), share in zip(step_weights, per_step, shares))
+    return loss, torch.stack([a for _, _, a, _ in per_step]) * shares
+
+
+def _epoch(lengths: torch.Tensor, batch_sequences: int, generator: torch.Generator) -> list[list[int]]:
+    """One epoch's batches (indices into the sequences): similar lengths (less padding), random order."""
+    perm = torch.randperm(len(lengths), generator=generator)
+    by_len = perm[lengths[perm].argsort(stable=True)].tolist()
+    chunks = [by_len[i : i + batch_sequences] for i in range(0, len(by_len), batch_sequences)]
+    return [chunks[i] for i in torch.randperm(len(chunks), generator=generator).tolist()]
 
 
 def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, epochs: float = 2.0,
@@ -115,86 +151,105 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
                 unroll_steps: int = 1, step_weights: tuple[float, ...] = (1.0, 0.5, 0.25), seed: int = 0,
                 intermediate_size: int | None = None, weight_decay: float = 0.0,
                 val_seqs: list[int] | None = None, val_gamma: int = 5, progress: bool = True,
-                time_limit_s: float | None = None, max_steps: int | None = None) -> tuple[EagleHead, dict]:
-    """Fit an EAGLE head on sequences ``seqs``; return (head, log).
+                time_limit_s: float | None = None, max_steps: int | None = None, world: World | None = None,
+                checkpoints: Checkpoints | None = None) -> tuple[EagleHead, dict]:
+    """Fit an EAGLE head on sequences ``seqs``, on the device of ``model``; return (head, log).
 
     With ``val_seqs``, the greedy chain tau (``val_gamma`` drafts) on those sequences is
     measured after every epoch and the best epoch's weights are returned (early stopping:
     a few hundred replies are little data for a head of four million weights).  Training stops
     after ``time_limit_s`` seconds or ``max_steps`` steps (the learning-rate schedule still
     spans ``epochs``), whichever comes first; the step count is the reproducible one.
+    ``world`` and ``checkpoints``: data-parallel ranks and checkpoints, as in :func:`train_medusa`.
     """
     if epochs <= 0 or batch_sequences < 1 or unroll_steps < 1:
         raise ValueError(f"need epochs > 0, batch_sequences >= 1, unroll_steps >= 1; got {epochs}, "
                          f"{batch_sequences}, {unroll_steps}")
+    world = world or World()
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # the head's initial weights (nn.Linear draws from the global generator)
-    head = EagleHead(EagleConfig.for_target(model.config, len(vocab), intermediate_size), vocab)
-    lm = model.lm_head.weight[vocab].detach().float()
+    device = model.lm_head.weight.device
+    head = EagleHead(EagleConfig.for_target(model.config, len(vocab), intermediate_size), vocab).to(device)
+    lm = model.lm_head.weight[vocab.to(device)].detach().float()
     steps = max(1, math.ceil(epochs * len(seqs) / batch_sequences))
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
     warmup = min(20, steps // 10 + 1)
     sched = warmup_cosine(opt, steps, warmup)
     lengths = torch.tensor([int(fs.starts[s + 1] - fs.starts[s]) for s in seqs])
     log = {"steps": steps, "pairs": int((lengths - 2).clamp(min=0).sum()), "loss": [], "validation": []}
-    best = (-1.0, None)
+    best, order, first, seconds = (-1.0, None), [], 0, 0.0
     epoch_steps = math.ceil(len(seqs) / batch_sequences)
-    t0 = time.perf_counter()
-    bar = tqdm(range(steps), disable=not progress, desc="eagle head")
-    order: list[int] = []
+    run = {"trainer": "eagle", "sequences": len(seqs), "steps": steps, "batch_sequences": batch_sequences, "lr": lr,
+           "seed": seed, "unroll_steps": unroll_steps, "noise": noise, "w_cls": w_cls}
+    if checkpoints is not None and checkpoints.resume:
+        first, loop = restore(checkpoints, head, opt, sched, gen, run)
+        order, log, seconds, best = loop["order"], loop["log"], loop["seconds"], tuple(loop["best"])
+    trained, t0 = world.wrap(head), time.perf_counter()
+    bar = tqdm(range(first, steps), disable=not (progress and world.main), desc="eagle head")
     for step in bar:
-        if not order:
-            # batches of similar lengths (less padding), in random order
-            perm = torch.randperm(len(seqs), generator=gen)
-            by_len = perm[lengths[perm].argsort(stable=True)].tolist()
-            chunks = [by_len[i : i + batch_sequences] for i in range(0, len(by_len), batch_sequences)]
-            order = [chunks[i] for i in torch.randperm(len(chunks), generator=gen).tolist()]
-        batch = [seqs[i] for i in order.pop()]
-        z, toks, ids, lp, valid, _, L = _batch(fs, model, batch, unroll_steps, vocab)
-        zhats = unroll(head, model.embed, z[:, :L], toks, unroll_steps, noise, gen)
-        per_step = _losses(zhats, z, ids, lp, valid, lm, L)
-        loss = sum(w * (reg + w_cls * cls) for w, (reg, cls, _) in zip(step_weights, per_step))
+        order = order or _epoch(lengths, batch_sequences, gen)
+        loss, agree = eagle_loss(trained, model, fs, [seqs[i] for i in order.pop()], vocab, lm, gen, world,
+                                 unroll_steps=unroll_steps, noise=noise, w_cls=w_cls, step_weights=step_weights)
         opt.zero_grad()
-        loss.backward()
+        loss.backward()  # DDP averages the ranks' gradients here
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
         opt.step()
         sched.step()
-        log["loss"].append((step, float(loss.detach()), [a for _, _, a in per_step]))
-        bar.set_postfix(loss=f"{float(loss.detach()):.3f}", top1=f"{per_step[0][2]:.2f}")
-        out_of_time = ((time_limit_s is not None and time.perf_counter() - t0 > time_limit_s)
-                       or (max_steps is not None and step + 1 >= max_steps))
-        if val_seqs and ((step + 1) % epoch_steps == 0 or step + 1 == steps or out_of_time):
-            head.eval()
-            tau = chain_tau(chain_acceptance(head, model, fs, val_seqs, gamma=val_gamma), val_gamma)
-            head.train()
-            log["validation"].append((step + 1, round(tau, 4)))
-            if tau > best[0]:
-                best = (tau, {k: v.clone() for k, v in head.state_dict().items()})
-            bar.write(f"step {step + 1}: validation chain tau ({val_gamma} drafts) {tau:.3f}")
-        if out_of_time:
+        shown = world.mean(torch.cat([loss.detach()[None], agree])).tolist()  # the global batch's
+        log["loss"].append((step, shown[0], shown[1:]))
+        bar.set_postfix(loss=f"{shown[0]:.3f}", top1=f"{shown[1]:.2f}")
+        stop = ((time_limit_s is not None and time.perf_counter() - t0 > time_limit_s)
+                or (max_steps is not None and step + 1 >= max_steps))
+        epoch_end = (step + 1) % epoch_steps == 0 or step + 1 == steps
+        if val_seqs and epoch_end:
+            best = _validate(head, model, fs, val_seqs, val_gamma, step + 1, log, best, world)
+        if checkpoints is not None and checkpoints.due(step + 1, stopping=stop):
+            checkpoints.save(world, training_state(step + 1, head, opt, sched, gen, run, order=order, log=log,
+                                                   best=list(best), seconds=seconds + time.perf_counter() - t0))
+        if stop:
+            if val_seqs and not epoch_end:
+                best = _validate(head, model, fs, val_seqs, val_gamma, step + 1, log, best, world)
             log["stopped_early_at_step"] = step + 1
             break
-    log["train_seconds"] = time.perf_counter() - t0
+    log["train_seconds"] = seconds + time.perf_counter() - t0
     if best[1] is not None:
         head.load_state_dict(best[1])
         log["best_validation_tau"] = best[0]
     return head.eval(), log
 
 
+def _validate(head: EagleHead, model, fs: FeatureSet, val_seqs: list[int], gamma: int, steps_done: int, log: dict,
+              best: tuple, world: World) -> tuple:
+    """Score the chain tau on ``val_seqs`` (sharded over the ranks, who all get the same figure),
+    record it in ``log`` and return the (tau, weights) of the best so far."""
+    head.eval()
+    tau = chain_tau(chain_acceptance(head, model, fs, val_seqs, gamma=gamma, world=world), gamma)
+    head.train()
+    log["validation"].append((steps_done, round(tau, 4)))
+    if world.main:
+        tqdm.write(f"step {steps_done}: validation chain tau ({gamma} drafts) {tau:.3f}")
+    if tau > best[0]:
+        return tau, {k: v.clone() for k, v in head.state_dict().items()}
+    return best
+
+
 @torch.no_grad()
 def chain_acceptance(head: EagleHead, model, fs: FeatureSet, seqs: list[int], gamma: int = 6,
-                     batch_sequences: int = 8) -> torch.Tensor:
+                     batch_sequences: int = 8, world: World | None = None) -> torch.Tensor:
     """(gamma + 1,) share of reply positions whose greedy chain of drafts is accepted for at least
-    0..gamma tokens; tau_chain(g) = sum of the first g+1 entries... see :func:`chain_tau`."""
+    0..gamma tokens; tau_chain(g) = sum of the first g+1 entries... see :func:`chain_tau`.
+    With ``world``, each rank scores its slice of ``seqs`` and all get the summed counts."""
+    world = world or World()
     vocab, V = head.vocab, model.config.vocab_size
     lm = model.lm_head.weight[vocab].float()
-    counts = torch.zeros(gamma + 1)
+    counts = torch.zeros(gamma + 1, device=lm.device)
+    seqs = world.shard(seqs)
     for i in range(0, len(seqs), batch_sequences):
         batch = seqs[i : i + batch_sequences]
         z, toks, _, _, valid, reply, L = _batch(fs, model, batch, gamma + 1, vocab)
         zhats = unroll(head, model.embed, z[:, :L], toks, gamma)
         truth = to_draft_ids(toks, vocab, V)  # toks[:, m] = x_{m+1}
-        ok = torch.ones(len(batch), L, dtype=torch.bool)
+        ok = torch.ones(len(batch), L, dtype=torch.bool, device=lm.device)
         # branch t drafts x_{t+2}, x_{t+3}, ...; count it where x_{t+2} is a reply token
         branch = reply[:, 1 : 1 + L] & valid[:, 1 : 1 + L]
         counts[0] += branch.sum()
@@ -202,7 +257,8 @@ def chain_acceptance(head: EagleHead, model, fs: FeatureSet, seqs: list[int], ga
             pred = (zhat @ lm.T).argmax(-1)  # (B, L) guess of x_{t+j+2}
             ok &= (pred == truth[:, j + 1 : j + 1 + L]) & (truth[:, j + 1 : j + 1 + L] >= 0) & valid[:, j + 1 : j + 1 + L]
             counts[j + 1] += (ok & branch).sum()
-    return counts / counts[0]
+    counts = world.sum(counts)
+    return (counts / counts[0]).cpu()
 
 
 def chain_tau(survival: torch.Tensor, gamma: int) -> float:

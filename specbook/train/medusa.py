@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from ..cliargs import positive_int
 from ..drafters.medusa import MedusaConfig, MedusaHeads
 from .features import FeatureSet
+from .distributed import Checkpoints, World, restore, training_state
 from .heads_cli import heads_parser, load_heads_data, training_record, write_heads
 from .schedule import warmup_cosine
 
@@ -36,8 +37,8 @@ TREE_SIZES = (4, 8, 16, 24, 32, 48, 64)
 
 def to_draft_ids(tokens: torch.Tensor, vocab: torch.Tensor, target_vocab_size: int) -> torch.Tensor:
     """Target ids -> draft ids; tokens outside the draft vocabulary (and -100) -> -100."""
-    lookup = torch.full((target_vocab_size + 1,), -100, dtype=torch.long)
-    lookup[vocab] = torch.arange(len(vocab))
+    lookup = torch.full((target_vocab_size + 1,), -100, dtype=torch.long, device=tokens.device)
+    lookup[vocab.to(tokens.device)] = torch.arange(len(vocab), device=tokens.device)
     return lookup[tokens.clamp(min=-1)]  # -1 / -100 index the last slot, which is -100
 
 
@@ -65,15 +66,23 @@ def target_features(model, hidden: torch.Tensor) -> torch.Tensor:
 
 def train_medusa(fs: FeatureSet, model, seqs: list[int], *, num_heads: int = 4, vocab: torch.Tensor,
                  epochs: float = 2.0, batch_size: int = 256, lr: float = 2e-3, seed: int = 0,
-                 progress: bool = True, time_limit_s: float | None = None) -> tuple[MedusaHeads, dict]:
-    """Fit Medusa heads on the reply positions of sequences ``seqs``; return (heads, log)."""
+                 progress: bool = True, time_limit_s: float | None = None, max_steps: int | None = None,
+                 world: World | None = None, checkpoints: Checkpoints | None = None) -> tuple[MedusaHeads, dict]:
+    """Fit Medusa heads on the reply positions of sequences ``seqs``; return (heads, log).
+
+    The heads train on the device of ``model``.  Training stops after ``time_limit_s`` seconds
+    or ``max_steps`` steps (the schedule still spans ``epochs``).  ``world``: this process's
+    place among data-parallel ranks (:mod:`specbook.train.distributed`; each takes its slice of
+    every global batch of ``batch_size`` positions); ``checkpoints``: where to save and resume.
+    """
     if epochs <= 0 or batch_size < 1:
         raise ValueError(f"epochs must be > 0 and batch_size >= 1, got {epochs}, {batch_size}")
-    V = model.config.vocab_size
+    world = world or World()
+    V, device = model.config.vocab_size, model.lm_head.weight.device
     config = MedusaConfig(dim=model.config.dim, num_heads=num_heads, draft_vocab_size=len(vocab), target_vocab_size=V)
     gen = torch.Generator().manual_seed(seed)
-    heads = MedusaHeads(config, vocab)
-    lm = model.lm_head.weight[vocab].detach().float()  # (Vd, D) frozen
+    heads = MedusaHeads(config, vocab).to(device)
+    lm = model.lm_head.weight[vocab.to(device)].detach().float()  # (Vd, D) frozen
     rows, labels = medusa_examples(fs, seqs, num_heads)
     labels = to_draft_ids(labels, vocab, V)  # (n, K)
     n = len(rows)
@@ -81,35 +90,60 @@ def train_medusa(fs: FeatureSet, model, seqs: list[int], *, num_heads: int = 4, 
     opt = torch.optim.AdamW(heads.parameters(), lr=lr, weight_decay=0.0)
     warmup = min(50, steps // 10 + 1)
     sched = warmup_cosine(opt, steps, warmup)
-    weights = torch.tensor([0.8 ** k for k in range(num_heads)])
+    weights = torch.tensor([0.8 ** k for k in range(num_heads)]).to(device)
     log = {"positions": n, "steps": steps, "loss": []}
-    t0 = time.perf_counter()
     order = torch.randperm(n, generator=gen)
-    bar = tqdm(range(steps), disable=not progress, desc="medusa heads")
+    run = {"trainer": "medusa", "positions": n, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
+           "num_heads": num_heads}
+    first, seconds = 0, 0.0
+    if checkpoints is not None and checkpoints.resume:
+        first, loop = restore(checkpoints, heads, opt, sched, gen, run)
+        order, log, seconds = loop["order"], loop["log"], loop["seconds"]
+    trained = world.wrap(heads)
+    t0 = time.perf_counter()
+    bar = tqdm(range(first, steps), disable=not (progress and world.main), desc="medusa heads")
     for step in bar:
         start = (step * batch_size) % n
         if start + batch_size > n:
             order = torch.randperm(n, generator=gen)
             start = 0
-        idx = order[start : start + batch_size]
-        z = target_features(model, fs.hidden[rows[idx]])  # (b, D)
-        logits = heads(z, lm)  # (b, K, Vd)
-        y = labels[idx]  # (b, K)
-        per_head = torch.stack([F.cross_entropy(logits[:, k], y[:, k], ignore_index=-100) for k in range(num_heads)])
-        per_head = torch.nan_to_num(per_head)  # a head with no label in this batch contributes 0
-        loss = (weights * per_head).sum()
+        idx = world.shard(order[start : start + batch_size])  # this rank's slice of the global batch
+        loss, per_head = medusa_loss(trained, model, fs.hidden[rows[idx]], labels[idx], lm, weights, world)
         opt.zero_grad()
-        loss.backward()
+        loss.backward()  # DDP averages the ranks' gradients here
         opt.step()
         sched.step()
         if step % 10 == 0 or step == steps - 1:
-            log["loss"].append((step, float(loss.detach())))
-            bar.set_postfix(loss=f"{float(loss.detach()):.3f}", head1=f"{float(per_head[0].detach()):.2f}")
-        if time_limit_s is not None and time.perf_counter() - t0 > time_limit_s:
+            shown = world.mean(torch.stack([loss.detach(), per_head[0].detach()]))  # the global batch's
+            log["loss"].append((step, float(shown[0])))
+            bar.set_postfix(loss=f"{float(shown[0]):.3f}", head1=f"{float(shown[1]):.2f}")
+        stop = ((time_limit_s is not None and time.perf_counter() - t0 > time_limit_s)
+                or (max_steps is not None and step + 1 >= max_steps and step + 1 < steps))
+        if checkpoints is not None and checkpoints.due(step + 1, stopping=stop):
+            checkpoints.save(world, training_state(step + 1, heads, opt, sched, gen, run, order=order, log=log,
+                                                   seconds=seconds + time.perf_counter() - t0))
+        if stop:
             log["stopped_early_at_step"] = step + 1
             break
-    log["train_seconds"] = time.perf_counter() - t0
+    log["train_seconds"] = seconds + time.perf_counter() - t0
     return heads.eval(), log
+
+
+def medusa_loss(heads, model, hidden: torch.Tensor, y: torch.Tensor, lm: torch.Tensor, weights: torch.Tensor,
+                world: World) -> tuple[torch.Tensor, torch.Tensor]:
+    """Medusa eq. 2 on one rank's positions: (sum_k weights[k] * CE_k, the K per-head terms).
+
+    hidden (b, D): the target's last hidden states; y (b, K): draft-id labels (-100: none).
+    Each head's mean is scaled by its share of the global batch's labels (:meth:`World.share`)."""
+    device = lm.device
+    z = target_features(model, hidden.to(device))  # (b, D)
+    logits = heads(z, lm)  # (b, K, Vd)
+    y = y.to(device)
+    K = y.shape[1]
+    per_head = torch.stack([F.cross_entropy(logits[:, k], y[:, k], ignore_index=-100) for k in range(K)])
+    per_head = torch.nan_to_num(per_head)  # a head with no label in this batch contributes 0
+    per_head = per_head * world.share((y != -100).sum(0))  # (K,), exactly itself in one process
+    return (weights * per_head).sum(), per_head
 
 
 @torch.no_grad()
@@ -120,15 +154,16 @@ def head_ranks(heads: MedusaHeads, model, fs: FeatureSet, seqs: list[int], top_s
     rows, labels = medusa_examples(fs, seqs, heads.config.num_heads)
     labels = to_draft_ids(labels, heads.vocab, heads.config.target_vocab_size)
     lm = model.lm_head.weight[heads.vocab].float()
+    labels = labels.to(lm.device)
     out = []
     for i in range(0, len(rows), batch_size):
-        logits = heads(target_features(model, fs.hidden[rows[i : i + batch_size]]), lm)  # (b, K, Vd)
+        logits = heads(target_features(model, fs.hidden[rows[i : i + batch_size]].to(lm.device)), lm)  # (b, K, Vd)
         top = logits.topk(top_s, dim=-1).indices  # (b, K, S)
         y = labels[i : i + batch_size]
         hit = top == y[..., None]  # (b, K, S)
         rank = torch.where(hit.any(-1), hit.float().argmax(-1), torch.full_like(y, top_s))
         out.append(torch.where(y < 0, torch.full_like(y, top_s), rank))
-    return torch.cat(out)
+    return torch.cat(out).cpu()
 
 
 def best_choices(ranks: torch.Tensor, num_nodes: int, top_s: int | None = None) -> list[list[int]]:
