@@ -22,10 +22,15 @@
 # proportion to their number, and every rejected draft takes arithmetic that another
 # row's real token needed. This is the practical caveat most often missed.
 #
+# Crossing the ridge is where speculation stops being free, not where it starts to
+# lose. It loses only once a round costs more target steps than the tokens it yields,
+# and by the roofline's own arithmetic a wide band of batch sizes lies between the two:
+# telling them apart is the first thing this lesson does.
+#
 # In this lesson:
 #
-# 1. the roofline of one decode step, as code (`specbook.roofline`), with hardware presets
-#    and an explorer;
+# 1. the roofline of one decode step, as code (`specbook.roofline`), with hardware presets,
+#    the ridge batch against the crossover batch, and an explorer;
 # 2. the throughput-versus-batch curves of *your* machine, plain against speculative;
 # 3. the latency-throughput frontier, and how a latency target (an SLO) picks a point;
 # 4. the wasted-work tax, measured;
@@ -42,7 +47,7 @@ GAMMA = 4
 PARAMS_7B = 7e9  # the course's example model for the GPU presets
 
 # %%
-import statistics
+import math
 import time
 
 import torch
@@ -111,41 +116,95 @@ display(table(["hardware", "bf16 peak (TFLOP/s)", "fp32 peak (TFLOP/s)", "bandwi
                 f"{roofline.ridge(hw, 'float32'):.0f}", hw.source] for hw in roofline.PRESETS.values()]))
 
 # %% [markdown]
+# ## The ridge is not the crossover
+#
+# Take the course's example: an H100 in bfloat16 (ridge 295), a 7B model, γ = 4. The
+# verify step has intensity 5B, so it crosses the ridge at B = 60. Does speculation lose
+# there? A round yields E(α, γ) tokens per row and costs γc plain steps of drafting plus
+# one verify step, v_B(γ + 1) plain steps, so speculation is faster exactly while
+#
+# $$E(\alpha, \gamma) > \gamma c + v_B(\gamma + 1).$$
+#
+# Below the ridge v_B(γ + 1) = 1. Above it (while the plain step is still memory-bound)
+# the verify step's time grows with its positions, v_B(γ + 1) = B(γ + 1) / 295 in
+# bfloat16, and the inequality fails only at B > (E − γc) · 295 / (γ + 1). The cell
+# computes both batches with `specbook.roofline` and `specbook.theory`:
+
+# %%
+def ridge_batch(hw, dtype, gamma, dtype_bytes):
+    """The first batch whose step over gamma + 1 positions per row reaches the ridge."""
+    return next(b for b in range(1, 100_000)
+                if roofline.ridge_fraction(hw, dtype, b, gamma, PARAMS_7B, dtype_bytes) >= 1)
+
+
+h100_ridge_batch = ridge_batch(H100, "bfloat16", GAMMA, 2)
+ridge_vs_cross = {}
+for a in (0.6, 0.8):
+    e_a = float(theory.expected_tokens(a, GAMMA))
+    ridge_vs_cross[a] = dict(
+        ridge_batch=h100_ridge_batch,
+        crossover=roofline.predicted_crossover(H100, "bfloat16", PARAMS_7B, 2, a, GAMMA, 0.05, range(1, 4097)),
+        by_hand=(e_a - GAMMA * 0.05) * roofline.ridge(H100, "bfloat16") / (GAMMA + 1),
+        at_ridge=roofline.predict(H100, "bfloat16", h100_ridge_batch, GAMMA, a, 0.05, PARAMS_7B, 2).speedup,
+        at_64=roofline.predict(H100, "bfloat16", 64, GAMMA, a, 0.05, PARAMS_7B, 2))
+display(table(["α", "verify step reaches the ridge at batch", "speedup there", "speedup at batch 64 (v_B(5))",
+               "speculation loses from batch (crossover)", "(E − γc) · ridge / (γ + 1)"],
+              [[a, r["ridge_batch"], f"{r['at_ridge']:.2f}×", f"{r['at_64'].speedup:.2f}× ({r['at_64'].verify_cost:.3f})",
+                r["crossover"], f"{r['by_hand']:.1f}"] for a, r in ridge_vs_cross.items()]))
+
+# %% [markdown]
+# At batch 64 the verify step is past the ridge and costs 1.08 plain steps instead of
+# one, yet speculation with α = 0.8 and c = 0.05 still runs 2.62× faster than plain
+# decoding. By this model it loses only from batch 187 (α = 0.8) or 125 (α = 0.6), two
+# to three times the ridge batch. Past the ridge every extra position costs time, so the
+# margin shrinks with every row; the **crossover** is where it reaches zero.
+#
+# Real servers lose much earlier than the plain roofline says, for reasons it leaves out:
+# attention over the KV cache (its reads and its arithmetic grow with the context and
+# with every verified position, and the weights-only intensity ignores them); the draft's
+# own step, whose cost also grows with the batch (c is not a constant); rows that accept
+# different numbers of drafts, so a batch advances at a ragged pace and pads; and kernels
+# that reach a fraction of peak on the small, oddly shaped matrices of a verify step. The
+# vLLM team measured speculative decoding in their server (blog post, October 2024): at
+# low load it sped decoding up 1.5× with a draft model and 2.8× with n-gram lookup, and at
+# high load it slowed it down 1.4× and 1.8×. Read the crossover below as an upper bound,
+# and measure it on the server you run.
+#
 # ## Your machine's roofline, measured
 #
-# Two stopwatches: a large matrix product (its FLOP/s is the arithmetic ceiling) and a
-# sum over a tensor much larger than the caches (its bytes/s is the memory ceiling). The
+# Two stopwatches (`specbook.bench.batch_costs.measure_roofline`, the ones the
+# `python -m specbook batch` command uses): a matrix product of the shape a decode step
+# multiplies, 64 rows through one of SmolLM2's projections (576 → 1536; its FLOP/s is the
+# arithmetic ceiling a step near the crossover can reach), and a sum over a tensor much
+# larger than the caches (its bytes/s is the memory ceiling). A large square product runs
+# faster on most CPUs, and is printed beside it, but no decode step multiplies one. The
 # result becomes one more `Hardware`, next to the presets.
 
 # %%
-def median_seconds(fn, reps):
-    fn()  # warm-up
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from specbook.bench.batch_costs import measure_roofline
 
-
-n = 768 if FAST else 2048
-a32, b32 = torch.randn(n, n), torch.randn(n, n)
-peak = {"float32": 2 * n**3 / median_seconds(lambda: a32 @ b32, 3 if FAST else 7)}
-a16, b16 = a32.bfloat16(), b32.bfloat16()
-peak["bfloat16"] = 2 * n**3 / median_seconds(lambda: a16 @ b16, 3 if FAST else 7)
-big = torch.ones((64 if FAST else 256) * 2**20 // 4)  # 64 or 256 MB of float32
-bandwidth = big.numel() * 4 / median_seconds(lambda: big.sum(), 3 if FAST else 7)
-del a32, b32, a16, b16, big
+measure = dict(size=768, read_mb=64, reps=3) if FAST else dict(reps=7)
+measured_roof = {name: measure_roofline(dtype, **measure)
+                 for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))}
+peak = {name: r["matmul_flop_per_s"] for name, r in measured_roof.items()}
+bandwidth = measured_roof["float32"]["memory_bytes_per_s"]  # the same float32 sum in both
 this_machine = roofline.Hardware.measured(peak, bandwidth, name="this machine, measured")
-print(f"matmul: {peak['float32'] / 1e9:.0f} GFLOP/s float32, {peak['bfloat16'] / 1e9:.0f} GFLOP/s bfloat16; "
-      f"memory read {bandwidth / 1e9:.1f} GB/s; ridge {roofline.ridge(this_machine, 'float32'):.1f} FLOP/byte "
-      f"(float32), {roofline.ridge(this_machine, 'bfloat16'):.1f} (bfloat16); {torch.get_num_threads()} threads")
+ridge_here = {name: roofline.ridge(this_machine, name) for name in peak}
+print(f"decode-shaped matmul: {peak['float32'] / 1e9:.0f} GFLOP/s float32, {peak['bfloat16'] / 1e9:.0f} GFLOP/s "
+      f"bfloat16 (a square product: {measured_roof['float32']['square_matmul_flop_per_s'] / 1e9:.0f} and "
+      f"{measured_roof['bfloat16']['square_matmul_flop_per_s'] / 1e9:.0f}); memory read {bandwidth / 1e9:.1f} GB/s; "
+      f"{torch.get_num_threads()} threads")
+print(f"ridge of this machine: {ridge_here['float32']:.1f} FLOP/byte in float32, {ridge_here['bfloat16']:.1f} "
+      f"in bfloat16 (an H100: {roofline.ridge(H100, 'bfloat16'):.0f} in bfloat16)")
+cpu_ridge_batch = {name: ridge_batch(this_machine, name, GAMMA, roofline.DTYPE_BYTES[name]) for name in peak}
+print(f"a γ = {GAMMA} verify step reaches it at batch {cpu_ridge_batch['float32']} (float32), "
+      f"{cpu_ridge_batch['bfloat16']} (bfloat16)")
 
 # %% [markdown]
-# On a laptop or server CPU the ridge is a few FLOP per byte, against hundreds on a GPU:
-# a float32 step (intensity B (γ + 1) / 2) crosses it at a handful of rows. The crossover
-# that a GPU shows at batch 32 to 64 shows up here at a small batch, which makes a CPU
-# the better classroom for this lesson.
+# Compare your ridge, printed above, with the GPUs' hundreds: a float32 step has intensity
+# B (γ + 1) / 2, so on a CPU a verify step crosses the ridge within a few rows, and
+# the crossover follows a few rows later. That makes a CPU the better classroom for this
+# lesson: the whole story fits into batch sizes from 1 to 16.
 #
 # ## The explorer
 #
@@ -280,7 +339,8 @@ display(table(["batch", "plain tok/s", "n-gram tok/s", "speedup", "plain ms/toke
                 f"{m['spec']['acceptance']:.2f}", f"{m['spec']['tau']:.2f}", f"{m['spec']['wasted_fraction']:.0%}",
                 identical[b]] for b, m in measured.items()]))
 print(f"measured crossover: {measured_cross}; roofline's prediction for this machine "
-      f"(α = {alpha_here:.2f}, c ≈ 0 for a lookup): {predicted_cross}")
+      f"(α = {alpha_here:.2f}, c ≈ 0 for a lookup): {predicted_cross}; the verify step reaches this machine's "
+      f"float32 ridge at batch {cpu_ridge_batch['float32']}")
 plot_throughput_curves(BATCHES, {"plain": [measured[b]["plain"]["tokens_per_s"] for b in BATCHES],
                                  f"n-gram, γ={GAMMA}": [measured[b]["spec"]["tokens_per_s"] for b in BATCHES]},
                        marks={"measured crossover": measured_cross}, title=f"{model_name} on this machine")
@@ -288,11 +348,12 @@ plot_throughput_curves(BATCHES, {"plain": [measured[b]["plain"]["tokens_per_s"] 
 # %% [markdown]
 # Read the speedup column from top to bottom. At batch 1 the verify pass rides on idle
 # arithmetic, so tokens per pass (τ) turn into speed. As the batch grows, the B (γ + 1)
-# positions of a verify pass pass the ridge of this machine and speculation's margin
-# shrinks, then turns into a loss: the crossover. The roofline's prediction is a model
-# (peak matmul speed is not reached by the small matrices of a decode step, and Python
-# overhead is not in it), so expect agreement in order of magnitude, not to the batch.
-# Your numbers are your machine's; on a busy machine run the cell again.
+# positions of a verify pass cross the ridge of this machine (the batch printed above):
+# from there every extra position costs time and speculation's margin shrinks, until it
+# turns into a loss, the crossover. The roofline's prediction is a model (Python
+# overhead, the loop's bookkeeping and ragged rows are not in it), so expect agreement
+# in order of magnitude, not to the batch. Your numbers are your machine's; on a busy
+# machine run the cell again.
 #
 # ## The latency-throughput frontier, and how an SLO picks a point
 #
@@ -372,8 +433,8 @@ sched = {a: [best_gamma(H100, "bfloat16", b, a, 0.05, PARAMS_7B, 2) for b in sch
 display(table(["α \\ batch", *sched_batches], [[a, *gs] for a, gs in sched.items()]))
 
 # %% [markdown]
-# The best γ falls as the batch fills, and reaches 0 (speculation off) when the batch
-# alone is over the ridge. Doing this well in a real server is an open problem: α drifts
+# The best γ falls as the batch fills, and reaches 0 (speculation off) by the time the
+# batch alone is over the ridge (B ≥ 296 for plain bfloat16 steps on the H100). Doing this well in a real server is an open problem: α drifts
 # per request, v_B must be measured, and rows join and leave every step.
 # (`python -m specbook batch --policy adaptive` runs such a scheduler on this machine;
 # see docs/batching.md.)
@@ -391,10 +452,11 @@ cross_by_alpha = {a: roofline.predicted_crossover(H100, "bfloat16", PARAMS_7B, 2
 trace_tokens = 2000
 trace_s = {a: trace_tokens * roofline.predict(H100, "bfloat16", 32, GAMMA, a, 0.05, PARAMS_7B, 2).spec_ms_per_token / 1e3
            for a in alphas}
-plain_trace_s = trace_tokens * gpu[16].plain_ms_per_token / 1e3
+plain_trace_s = trace_tokens * roofline.predict(H100, "bfloat16", 32, GAMMA, 0.8, 0.05, PARAMS_7B,
+                                                 2).plain_ms_per_token / 1e3
 display(table(["α", "predicted crossover batch", f"{trace_tokens}-token trace at batch 32 (s)"],
               [[a, cross_by_alpha[a], f"{trace_s[a]:.1f}"] for a in alphas]))
-print(f"plain decoding: {plain_trace_s:.1f} s for the same trace")
+print(f"plain decoding at batch 32: {plain_trace_s:.1f} s for the same trace")
 
 # %% [markdown]
 # ## Exercises: predict, then run
@@ -410,17 +472,22 @@ solution("Exercise 1", f"<p>The ridge is 121 TFLOP/s / 300 GB/s = {roofline.ridg
          f"5B, so <b>{l4_spec}</b> (5 × {l4_spec} = {5 * l4_spec}).</p>")
 
 # %% [markdown]
-# **2.** H100, 7B model, α = 0.8, γ = 4, c = 0.05. Predict the batch at which
+# **2.** The same 7B model on an A100 SXM in bfloat16, α = 0.8, γ = 4, c = 0.05. Predict
+# the batch at which the verify step reaches the ridge, and the batch at which
 # speculation starts losing to plain decoding. (Hint: it loses when v_B(5) >
-# E(0.8, 4) − 4c, and above the ridge v_B(5) = 5B / 295 while the plain step is still
+# E(0.8, 4) − 4c, and above the ridge v_B(5) = 5B / ridge while the plain step is still
 # memory-bound.)
 
 # %%
 e = float(theory.expected_tokens(0.8, GAMMA))
-by_hand = next(b for b in range(1, 2049) if 5 * b / roofline.ridge(H100, "bfloat16") > e - GAMMA * 0.05)
-solution("Exercise 2", f"<p>E(0.8, 4) = {e:.4f}; speculation loses once 5B / 295.3 > {e - 0.2:.4f}, that is "
-         f"B > {(e - 0.2) * roofline.ridge(H100, 'bfloat16') / 5:.1f}: batch <b>{by_hand}</b>. "
-         f"The library says {worked['crossover']}.</p>")
+a100_ridge = roofline.ridge("A100 SXM", "bfloat16")
+a100_ridge_batch = ridge_batch("A100 SXM", "bfloat16", GAMMA, 2)
+by_hand = next(b for b in range(1, 2049) if 5 * b / a100_ridge > e - GAMMA * 0.05)
+a100_cross = roofline.predicted_crossover("A100 SXM", "bfloat16", PARAMS_7B, 2, 0.8, GAMMA, 0.05, range(1, 2049))
+solution("Exercise 2", f"<p>The ridge is 312 / 2.039 = {a100_ridge:.1f} FLOP/byte, and the verify step's intensity "
+         f"is 5B: it reaches the ridge at batch <b>{a100_ridge_batch}</b>. E(0.8, 4) = {e:.4f}; speculation loses "
+         f"once 5B / {a100_ridge:.1f} > {e - 0.2:.4f}, that is B > {(e - 0.2) * a100_ridge / 5:.1f}: batch "
+         f"<b>{by_hand}</b>, three times the ridge batch. The library says {a100_cross}.</p>")
 
 # %% [markdown]
 # **3.** With α = 0.6 and γ = 4, what share of the computed verify positions is thrown
@@ -441,11 +508,18 @@ solution("Exercise 3", f"<p>E(0.6, 4) = {e6:.4f} tokens per row per pass, of whi
 assert [(b, g, i, t) for b, g, i, t in course] == [
     (1, 0, 1.0, "0.3%"), (1, 4, 5.0, "1.7%"), (64, 0, 64.0, "22%"), (64, 4, 320.0, "OVER the ridge")]
 assert round(roofline.ridge(H100, "bfloat16")) == 295 and {"H100 SXM", "A100 SXM", "L4", "RTX 4090"} <= set(roofline.PRESETS)
+# 1b. The ridge is not the crossover: on the course's H100 example the verify step reaches the ridge at batch 60,
+#     speculation is still 2.62x faster at batch 64, and it loses only from batch 187 (α 0.8) or 125 (α 0.6).
+assert all(r["ridge_batch"] != r["crossover"] for r in ridge_vs_cross.values())
+assert h100_ridge_batch == 60 and all(r["at_ridge"] > 1 and r["at_64"].speedup > 1 for r in ridge_vs_cross.values())
+assert (ridge_vs_cross[0.8]["crossover"], ridge_vs_cross[0.6]["crossover"]) == (187, 125)
+assert round(ridge_vs_cross[0.8]["at_64"].speedup, 2) == 2.62 and ridge_vs_cross[0.8]["at_64"].verify_cost > 1
+assert all(r["crossover"] == math.floor(r["by_hand"]) + 1 for r in ridge_vs_cross.values())
 # 2. The explorer refuses instead of clamping, and shows the library's numbers.
 assert refused is not None and "batch" in refused and explorer.batch.value == 1
 p1 = roofline.predict(H100, "bfloat16", 1, GAMMA, 0.8, 0.05, PARAMS_7B, 2)
 assert f'data-key="speedup">{p1.speedup:.3f}<' in explorer.table.value
-assert worked["crossover"] == by_hand == 187 and worked["verify_cost"] > 1
+assert worked["crossover"] == 187 and worked["verify_cost"] > 1
 # 3. Measured: speculation is lossless row by row at every batch size; plain wastes nothing, speculation some.
 assert all(identical.values()), identical
 # the target computed every kept token, and kept no more than the verifier emitted
@@ -463,4 +537,5 @@ assert all(cross_by_alpha[a] <= cross_by_alpha[b] for a, b in zip(alphas, alphas
 assert trace_s[0.95] < trace_s[0.6]
 # 6. The exercises.
 assert (l4_plain, l4_spec) == (404, 81) and round(waste6, 3) == 0.539 and model_waste[0.9] < model_waste[0.5]
+assert (a100_ridge_batch, by_hand) == (31, 97) == (a100_ridge_batch, a100_cross)
 print(f"all lesson-6 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")
