@@ -36,6 +36,9 @@ from .config import LlamaConfig, rope_inverse_frequencies
 from .linear import Linear
 
 
+TOP_IN_FLOAT32 = 32  # logits per position recomputed in float32 when the weights are in half precision
+
+
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
@@ -220,7 +223,8 @@ class LlamaModel(nn.Module):
                       prefill whose logits are not needed; the lm head is a large share of
                       the work when V is large).
         exit_layer:   run only the first ``exit_layer`` blocks, then norm + head (early exit).
-        Returns logits (B, N or logits_to_keep, V) in the model's dtype.
+        Returns logits (B, N or logits_to_keep, V): float32 when the weights are in half precision
+        (the top candidates recomputed in float32, :meth:`_top_in_float32`), else the weights' dtype.
         """
         n_run = self._check_inputs(tokens, attn_mask, logits_to_keep, exit_layer)
         wanted = [] if return_hidden is False else [n_run] if return_hidden is True else list(return_hidden)
@@ -232,12 +236,31 @@ class LlamaModel(nn.Module):
         x, hidden = self._blocks(x, cache, step, n_run, wanted)
         N = tokens.shape[1]
         last = x if logits_to_keep is None else x[:, N - logits_to_keep:]
-        logits = self.lm_head(self.norm(last))  # (B, N, V)
+        normed = self.norm(last)  # (B, N, D)
+        logits = self.lm_head(normed)  # (B, N, V) in the weights' dtype
+        if logits.dtype != torch.float32 and logits.dtype != torch.float64:
+            logits = self._top_in_float32(normed, logits)  # (B, N, V) float32
         if return_hidden is False:
             return logits
         if return_hidden is True:
             return logits, hidden[n_run]
         return logits, [hidden[i] for i in wanted]
+
+    def _top_in_float32(self, normed: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """float32 logits whose largest ``TOP_IN_FLOAT32`` per position are recomputed in float32.
+
+        A bfloat16 product accumulates in float32 but rounds its output to 8 bits of mantissa, so
+        two tokens often tie exactly at the top (logits near 20 are 1/16 apart), and a pass over 5
+        positions can break a tie differently from a pass over 1: greedy speculative output then
+        differs from plain decoding for no reason but rounding.  Recomputing the top candidates
+        from the same rounded inputs and weights in float32 costs a gather of a few rows of the
+        head; the other logits keep their rounding (they decide no argmax).  llama.cpp also
+        returns float32 logits.
+        """
+        top = logits.topk(TOP_IN_FLOAT32, dim=-1).indices  # (B, N, k)
+        rows = self.lm_head.weight[top].float()  # (B, N, k, D)
+        exact = torch.einsum("bnd,bnkd->bnk", normed.float(), rows)  # (B, N, k)
+        return logits.float().scatter(-1, top, exact)  # (B, N, V)
 
     def _check_inputs(self, tokens, attn_mask, logits_to_keep, exit_layer) -> int:
         """Validate one forward's arguments; returns how many blocks it runs."""

@@ -287,6 +287,27 @@ def test_bfloat16_smoke():
     assert (got - ref).abs().max().item() < 0.05 * ref.abs().max().item()
 
 
+def test_half_precision_logits_have_their_top_in_float32():
+    """bfloat16 weights: the largest TOP_IN_FLOAT32 logits of every position are the float32 products of
+    the same rounded inputs and weights (no 8-bit rounding of the output, so no exact ties there)."""
+    from specbook.models.llama import TOP_IN_FLOAT32
+
+    _, ours = tiny_pair()
+    model = ours.to(torch.bfloat16)
+    tokens = rand_tokens(torch.Generator().manual_seed(7), 2, 9)
+    with torch.no_grad():
+        logits, hidden = model(tokens, return_hidden=True)
+        normed = model.norm(hidden).float()  # (B, N, D) the head's input, rounded to bfloat16 as the head sees it
+        exact = normed @ model.lm_head.weight.float().T  # (B, N, V)
+    rounded = exact.to(torch.bfloat16).float()
+    top = logits.topk(TOP_IN_FLOAT32 // 2, dim=-1).indices  # well inside the recomputed set
+    assert logits.dtype == torch.float32
+    assert torch.allclose(logits.gather(-1, top), exact.gather(-1, top), rtol=1e-5, atol=1e-6)
+    assert torch.equal(logits.argmax(-1), exact.argmax(-1))
+    assert not torch.allclose(rounded.gather(-1, top), exact.gather(-1, top), rtol=1e-5, atol=1e-6)  # the twin: rounded
+    assert model.float()(tokens).dtype == torch.float32  # float32 weights: the plain product, untouched
+
+
 def test_hf_target_agrees_with_llama_target():
     hf, ours = tiny_pair()
     gen = torch.Generator().manual_seed(7)
