@@ -101,7 +101,7 @@ class World:
         (an EAGLE head's cache among them) through untouched."""
         if not self.distributed:
             return module
-        return torch.nn.parallel.DistributedDataParallel(module, broadcast_buffers=False)
+        return torch.nn.parallel.DistributedDataParallel(module)
 
     def barrier(self) -> None:
         if self.distributed:
