@@ -11,6 +11,7 @@ run, because every speedup is relative to the same engine's plain decoding.
     python -m specbook bench --ignore-eos --max-new-tokens 96  # fixed-length runs, past the end of the reply
     python -m specbook bench --dtype float32 --gamma 4         # a fixed dtype and draft length
     python -m specbook bench --json run.json --plot speedup.png  # the report and its chart
+    python -m specbook bench --temperature 1 --drafters draft --verifier token,block  # block verification, side by side
     python -m specbook bench --from-json run.json --plot speedup.png  # the chart of a finished run, no model
 
 ``--plot`` draws speedup_vs_autoregressive per category (x) and drafter (one bar each, per engine
@@ -23,14 +24,20 @@ engine; ``--ignore-eos`` makes every run exactly ``--max-new-tokens`` long inste
 ``--dtype auto`` (default) is bfloat16 where the device multiplies it natively, else float32
 (:func:`specbook.models.auto_dtype`).  ``--gamma auto`` (default) sizes chains and trees from
 the verify-cost curve measured first and a short pilot of each drafter (:mod:`specbook.bench.sizing`).
+``--verifier`` judges the specbook engine's sampled chain drafts token by token (``token``, default:
+:func:`specbook.verify.accept_chain`) or as a block (``block``: :func:`specbook.verify_block.accept_block`,
+Sun et al., ICLR 2025); ``token,block`` runs every drafter with both, side by side, one row each.
 
 JSON layout (``--json``)::
 
     {"machine": {...}, "target": "...", "settings": {..., "dtype", "stop_at_eos"},
      "roofline": {"bandwidth_bytes_per_s", "weights_bytes", ...}, "draft_sizes": {drafter: {...}},
-     "runs": [{"engine", "drafter", "category", "dtype", "gamma", "tree_budget", "prompts", "new_tokens",
-               "seconds", "tokens_per_s", "tokens_per_s_total", "tau", "draft_efficiency", "draft_tokens",
-               "accepted_tokens", "draft_acceptance_rate", "speedup_vs_autoregressive", "roofline_fraction",
+     "runs": [{"engine", "drafter", "verifier", "verified_by", "category", "dtype", "gamma", "tree_budget", "prompts",
+               "new_tokens", "seconds", "tokens_per_s", "tokens_per_s_total", "tau", "draft_efficiency",
+               "drafting_steps", "draft_tokens", "accepted_tokens", "accepted_tokens_per_position",
+               "mean_acceptance_length", "draft_acceptance_rate", "acceptance_per_position",
+               "acceptance_per_position_unconditional", "accepted_length_histogram",
+               "speedup_vs_autoregressive", "roofline_fraction",
                "weight_streaming_limit_tokens_per_s",
                "outputs_identical_to_autoregressive", "differences_are_near_ties",
                "output_ids_sha256": [...]}, ...],
@@ -39,11 +46,12 @@ JSON layout (``--json``)::
 
 Definitions: ``tokens_per_s`` = median over prompts of new tokens / seconds;
 ``tokens_per_s_total`` = new_tokens / seconds; ``tau`` = emitted tokens / target passes;
-``draft_efficiency`` = accepted / proposed drafts (docs/glossary.md); ``draft_tokens``, ``accepted_tokens``
-and ``draft_acceptance_rate`` (the same ratio) are vLLM's ``spec_decode_num_draft_tokens``,
-``spec_decode_num_accepted_tokens`` and draft acceptance rate, summed over the run's prompts
-(:mod:`specbook.metrics`; the mean acceptance length needs drafting steps, which a run's record
-does not carry); ``speedup_vs_autoregressive`` = median over prompts
+``draft_efficiency`` = accepted / proposed drafts (docs/glossary.md); ``drafting_steps`` through
+``accepted_length_histogram`` are :func:`specbook.metrics.engine_metrics` of the counters summed over
+the run's prompts (vLLM's and SGLang's names in that module and docs/glossary.md; None where there is
+nothing to divide by); ``verifier``: the chain verifier asked for (None for plain decoding;
+transformers' own rule is ``"token"``), ``verified_by``: what judged the drafts (``"greedy"`` at
+temperature 0, ``"tree"`` for tree drafts); ``speedup_vs_autoregressive`` = median over prompts
 of (plain seconds / this drafter's seconds), same engine; ``roofline_fraction`` = median over
 prompts of tokens/s over the weight-streaming limit (measured read bandwidth / bytes one decode
 step streams: every weight once plus the KV cache at the run's mean context; above 1 only by
@@ -70,7 +78,7 @@ from ..machine import machine_info
 from ..models.chat import chat_ids
 from ..models.dtype import DTYPE_NAMES, dtype_name, resolve_dtype
 from ..sampling import SamplingParams
-from .engines import RunResult, SpecbookEngine, TransformersEngine
+from .engines import VERIFIERS, RunResult, SpecbookEngine, TransformersEngine
 from .arguments import check_device, check_json_path, parse_gamma, plot_path
 from .registry import DRAFTERS, get_drafter
 from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256
@@ -105,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(default: each reply stops right after its end token)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--verifier", default="token",
+                   help="how the specbook engine judges sampled chain drafts: token (default, token by token), block "
+                        "(block verification), or token,block (both, side by side)")
     p.add_argument("--gamma", default="auto",
                    help="draft tokens per verification, or 'auto' (default): chains and trees sized from the "
                         "measured verify-cost curve and a pilot of each drafter")
@@ -136,8 +147,8 @@ def _names(text: str, allowed, what: str) -> list[str]:
 
 def _settings(args) -> tuple[SamplingParams, list[str], list[str]]:
     """Check the command line's numbers, names, device and output path before anything loads;
-    (sampling params, engines, drafters with "none" first).  Also sets the thread count and warns
-    when a busy machine will make multi-threaded timings noisy."""
+    (sampling params, engines, drafters with "none" first); the verifiers go to ``args.verifiers``.
+    Also sets the thread count and warns when a busy machine will make multi-threaded timings noisy."""
     if args.max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     args.fixed_gamma = parse_gamma(args.gamma)
@@ -151,6 +162,7 @@ def _settings(args) -> tuple[SamplingParams, list[str], list[str]]:
     check_json_path(args.json_path)
     params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
     engines = _names(args.engines, ENGINES, "engines")
+    args.verifiers = _verifiers(args.verifier, params, engines)
     for name in args.drafters.split(","):
         if name.strip():
             get_drafter(name.strip())  # a clear error for misspelt names
@@ -165,6 +177,19 @@ def _settings(args) -> tuple[SamplingParams, list[str], list[str]]:
               f"{torch.get_num_threads()} threads every op waits for descheduled threads: consider --threads 1",
               file=sys.stderr)
     return params, engines, drafters
+
+
+def _verifiers(text: str, params: SamplingParams, engines: list[str]) -> list[str]:
+    """--verifier's names; both at once only when sampling (at temperature 0 both are greedy matching),
+    block only with the specbook engine (transformers has its own token-wise rule)."""
+    verifiers = _names(text, list(VERIFIERS), "verifier")
+    if len(verifiers) > 1 and params.greedy:
+        raise ValueError(f"--verifier {text}: at temperature 0 both verifiers are greedy matching, so there is "
+                         "nothing to compare; sample (--temperature > 0)")
+    if "block" in verifiers and "specbook" not in engines:
+        raise ValueError(f"--verifier {text}: block verification runs in the specbook engine only; "
+                         "add specbook to --engines")
+    return verifiers
 
 
 def size_drafters(args, sb: SpecbookEngine, model, tokenizer, drafters, pilot_ids, curve, dtype, eos) -> dict:
@@ -220,20 +245,23 @@ def run_bench(args) -> dict:
         return sizes[d].chosen if d in sizes and sizes[d].kind == "tree" else None
 
     combos, skipped, hf = _combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of)
-    for engine, d, obj in combos:  # warm-up: first calls allocate caches and pick kernels
-        engine.run(prompt_ids[0][:32], obj, params, 4, gamma_of(d), _gen(args, 0))
+    for engine, d, obj, verifier in combos:  # warm-up: first calls allocate caches and pick kernels
+        engine.run(prompt_ids[0][:32], obj, params, 4, gamma_of(d), _gen(args, 0), verifier=verifier or "token")
     records, outputs = [], {}
     bar = tqdm(total=len(prompts) * len(combos), desc="bench", disable=args.no_progress, file=sys.stderr)
     for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids)):
         shift = i % len(combos)
-        for engine, d, obj in combos[shift:] + combos[:shift]:
-            res: RunResult = engine.run(ids, obj, params, args.max_new_tokens, gamma_of(d), _gen(args, i), eos)
-            records.append({"engine": engine.name, "drafter": d, "id": prompt.id, "category": prompt.category,
+        for engine, d, obj, verifier in combos[shift:] + combos[:shift]:
+            res: RunResult = engine.run(ids, obj, params, args.max_new_tokens, gamma_of(d), _gen(args, i), eos,
+                                        verifier=verifier or "token")
+            records.append({"engine": engine.name, "drafter": d, "verifier": verifier, "verified_by": res.verified_by,
+                            "id": prompt.id, "category": prompt.category,
                             "dtype": dtype_name(dtype), "gamma": None if tree_of(d) or d == "none" else gamma_of(d),
                             "tree_budget": tree_of(d), "prompt_tokens": len(ids), "new_tokens": len(res.new_ids),
                             "seconds": res.seconds, "passes": res.passes, "emitted": res.emitted,
-                            "proposed": res.proposed, "accepted": res.accepted, "sha256": ids_sha256(res.new_ids)})
-            outputs[(engine.name, d, prompt.id)] = res.new_ids
+                            "proposed": res.proposed, "accepted": res.accepted, **_counters(res),
+                            "sha256": ids_sha256(res.new_ids)})
+            outputs[(engine.name, d, verifier, prompt.id)] = res.new_ids
             bar.update(1)
     bar.close()
     bandwidth.append(memory_read_bandwidth(device=args.device))
@@ -249,7 +277,8 @@ def run_bench(args) -> dict:
     runs, overall = aggregate(records, params.greedy)
     return {"machine": machine, "target": TARGET_NAME,
             "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
-                         "gamma": args.gamma, "dtype": dtype_name(dtype), "dtype_requested": args.dtype,
+                         "gamma": args.gamma, "verifier": args.verifiers, "dtype": dtype_name(dtype),
+                         "dtype_requested": args.dtype,
                          "limit": args.limit, "engines": engines, "drafters": drafters,
                          "prompts_file": args.prompts or "built-in", "seed": args.seed, "stop_at_eos": eos is not None,
                          "eos_token_id": eos, "command": "python -m specbook bench " + " ".join(args.argv)},
@@ -258,15 +287,25 @@ def run_bench(args) -> dict:
             "verify_cost": curves, "per_prompt": records}
 
 
+def _counters(res: RunResult) -> dict:
+    """A record's per-depth counters (None when unknown), summed into a row's engine_metrics by results.acceptance."""
+    s = res.stats
+    return {"position_proposed": None if s is None else list(s.position_proposed),
+            "position_accepted": None if s is None else list(s.position_accepted)}
+
+
 def _combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of):
-    """Every (engine, drafter) pair to time: ([(engine, drafter name, drafter object or generate
-    kwargs)], [skipped pairs with the reason], transformers' model or None)."""
+    """Every (engine, drafter, verifier) to time: ([(engine, drafter name, drafter object or generate
+    kwargs, verifier name or None)], [skipped pairs with the reason], transformers' model or None).
+    Plain decoding verifies nothing (verifier None); transformers' drafts are judged by its own
+    token-wise rule ("token")."""
     combos, skipped, hf = [], [], None
     if "specbook" in engines:
         for d in drafters:
             extra = {} if tree_of(d) is None else {"tree": tree_of(d)}
-            combos.append((sb, d, get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device,
-                                                      dtype=dtype, target=sb.target, **extra)))
+            obj = get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device, dtype=dtype,
+                                      target=sb.target, **extra)
+            combos.extend((sb, d, obj, v) for v in ([None] if d == "none" else args.verifiers))
     if "transformers" in engines:
         from transformers import LlamaForCausalLM
 
@@ -280,7 +319,7 @@ def _combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree
             if kwargs is None:
                 skipped.append({"engine": "transformers", "drafter": d, "reason": "no transformers equivalent"})
             else:
-                combos.append((tf, d, kwargs))
+                combos.append((tf, d, kwargs, None if d == "none" else "token"))
     return combos, skipped, hf
 
 

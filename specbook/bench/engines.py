@@ -9,6 +9,21 @@ after the end-of-turn token when given ``eos_token_id`` (the benchmark's default
 nothing the model invents after it), or produce exactly ``max_new_tokens`` tokens when it is
 None (as serving benchmarks do with "ignore EOS").  Drafters are
 looked up in :mod:`specbook.bench.registry`; the verify-cost curve is :mod:`specbook.bench.timing`'s.
+
+Every run hands back its :class:`~specbook.decode_stats.DecodeStats`, from which
+:func:`specbook.metrics.engine_metrics` reads vLLM's and SGLang's acceptance figures.  specbook's
+loop counts them itself.  transformers' are rebuilt from what its target was fed
+(:func:`stats_from_calls`): a pass feeds the last kept token and K drafts, the drafts it accepted
+are the longest prefix of them that the output repeats (a rejected draft is never the token
+emitted in its place: greedy picks another token, a sampled match picks another token, and the
+residual max(0, p - q) is 0 at a rejected draft), and each later pass must start with the token
+this reading says was kept last; a run where that does not hold keeps ``stats = None``.
+
+``verifier`` (specbook, sampled chain drafts): ``"token"`` is
+:func:`specbook.verify.accept_chain`, ``"block"`` :func:`specbook.verify_block.accept_block`
+(Sun et al., ICLR 2025).  :attr:`RunResult.verified_by` says what judged the drafts in fact:
+``"greedy"`` at temperature 0 (both rules are greedy matching there), ``"tree"`` for tree drafts
+(:func:`specbook.verify_tree.accept_tree`; the chain verifier is not used), None without drafts.
 """
 from __future__ import annotations
 
@@ -18,9 +33,14 @@ from dataclasses import dataclass
 import torch
 
 from ..decode import generate, speculative_generate
+from ..decode_stats import DecodeStats
 from ..models import LlamaTarget
 from ..sampling import SamplingParams
+from ..verify import accept_chain
+from ..verify_block import accept_block
 from .timing import synchronize
+
+VERIFIERS = {"token": accept_chain, "block": accept_block}  # --verifier: how sampled chain drafts are judged
 
 
 @dataclass
@@ -34,6 +54,8 @@ class RunResult:
     proposed: int  # draft tokens sent to verification
     accepted: int  # draft tokens accepted
     verified: int | None = None  # drafts actually tested (up to the first rejection); None if unknown
+    stats: DecodeStats | None = None  # the counters engine_metrics reads; None when they could not be rebuilt
+    verified_by: str | None = None  # "greedy", "token", "block", "tree"; None when nothing was drafted
 
 
 class SpecbookEngine:
@@ -46,19 +68,23 @@ class SpecbookEngine:
         self.device = self.target.device
 
     def run(self, prompt_ids: list[int], drafter, params: SamplingParams, max_new_tokens: int, gamma: int,
-            generator: torch.Generator | None = None, eos_token_id: int | None = None) -> RunResult:
+            generator: torch.Generator | None = None, eos_token_id: int | None = None,
+            verifier: str = "token") -> RunResult:
         prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        trees = []  # one flag per pass: was the draft a tree (then accept_tree ran, not the chain verifier)
         synchronize(self.device)
         t0 = time.perf_counter()
         if drafter is None:
             out = generate(self.target, prompt, max_new_tokens, params=params, generator=generator, eos_token_id=eos_token_id)
         else:
             out = speculative_generate(self.target, drafter, prompt, max_new_tokens, params=params, gamma=gamma, generator=generator,
-                                       eos_token_id=eos_token_id)
+                                       eos_token_id=eos_token_id, chain_verifier=VERIFIERS[verifier],
+                                       on_step=lambda step: trees.append(step.draft.parents is not None))
         new = out.new_tokens[0].tolist()  # .tolist() waits for the device
         seconds = time.perf_counter() - t0
         s = out.stats
-        return RunResult(new, seconds, len(s.accepted_per_step), s.emitted, s.proposed, s.accepted, s.verified)
+        return RunResult(new, seconds, len(s.accepted_per_step), s.emitted, s.proposed, s.accepted, s.verified, s,
+                         verified_by(s, params, "tree" if any(trees) else verifier))
 
 
 class TransformersEngine:
@@ -74,7 +100,7 @@ class TransformersEngine:
         self.model = hf_model.eval()
         self.tokenizer = tokenizer
         self.device = next(hf_model.parameters()).device
-        self._widths: list[int] | None = None
+        self._calls: list[list[int]] | None = None  # the ids fed to each target pass of the current run
         self._layers = hf_model.config.num_hidden_layers
         hf_model.register_forward_pre_hook(self._count, with_kwargs=True)
 
@@ -83,20 +109,23 @@ class TransformersEngine:
         # fewer layers (``assistant_early_exit``): those calls are drafts, not target passes
         if module.config.num_hidden_layers < self._layers:
             return
-        if self._widths is not None:
+        if self._calls is not None:
             ids = kwargs.get("input_ids", args[0] if args else None)
             if ids is not None:
-                self._widths.append(int(ids.shape[1]))
+                self._calls.append(ids[0].tolist())
 
     def run(self, prompt_ids: list[int], generate_kwargs: dict, params: SamplingParams, max_new_tokens: int,
-            gamma: int, generator: torch.Generator | None = None, eos_token_id: int | None = None) -> RunResult:
-        # transformers' sampling draws from torch's global generator; `generator` cannot be passed in
+            gamma: int, generator: torch.Generator | None = None, eos_token_id: int | None = None,
+            verifier: str = "token") -> RunResult:
+        # transformers' sampling draws from torch's global generator; `generator` cannot be passed in.
+        # It has one rule of its own (token-wise, or matching a sample for drafts without a law): `verifier`
+        # is not used
         prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
         if params.greedy:
             sampling = dict(do_sample=False, temperature=None, top_k=None, top_p=None)
         else:
             sampling = dict(do_sample=True, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p)
-        self._widths = []
+        self._calls = []
         synchronize(self.device)
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -106,12 +135,51 @@ class TransformersEngine:
                                       **sampling, **generate_kwargs)
         new = out[0, len(prompt_ids):].tolist()
         seconds = time.perf_counter() - t0
-        widths, self._widths = self._widths, None
+        calls, self._calls = self._calls, None
         if eos_token_id is not None and eos_token_id in new:
             new = new[:new.index(eos_token_id) + 1]  # generate() pads nothing at batch 1, but be sure
         elif len(new) != max_new_tokens:
             raise RuntimeError(f"transformers generated {len(new)} tokens without an end token, expected "
                                f"{max_new_tokens}")
+        stats = stats_from_calls(prompt_ids, calls, new)
+        if stats is not None:
+            return RunResult(new, seconds, len(calls), stats.emitted, stats.proposed, stats.accepted, stats.verified,
+                             stats, verified_by(stats, params, "token"))
+        widths = [len(c) for c in calls]
         proposed = (widths[0] - len(prompt_ids)) + sum(w - 1 for w in widths[1:]) if generate_kwargs else 0
-        passes = len(widths)
-        return RunResult(new, seconds, passes, len(new), proposed, len(new) - passes)
+        return RunResult(new, seconds, len(widths), len(new), proposed, len(new) - len(widths),
+                         verified_by=None if not proposed else "greedy" if params.greedy else "token")
+
+
+def verified_by(stats: DecodeStats, params: SamplingParams, rule: str) -> str | None:
+    """What judged a run's drafts: None if it drafted nothing, "greedy" at temperature 0, else ``rule``."""
+    if not stats.proposed:
+        return None
+    return "greedy" if params.greedy else rule
+
+
+def stats_from_calls(prompt_ids: list[int], calls: list[list[int]], new: list[int]) -> DecodeStats | None:
+    """The :class:`DecodeStats` of a batch-1 chain run, rebuilt from the ids fed to each target pass
+    (the first: the prompt and K drafts; each later one: the last kept token and K drafts) and the
+    tokens the run kept (``new``, cut after an end token).  None when the passes do not fit ``new``."""
+    stats, done = DecodeStats(), 0  # done: tokens of `new` accounted for by the passes so far
+    for i, fed in enumerate(calls):
+        if i == 0:
+            if fed[: len(prompt_ids)] != list(prompt_ids):
+                return None
+            drafts = fed[len(prompt_ids):]
+        else:
+            if done == 0 or fed[:1] != [new[done - 1]]:  # a pass starts with the token kept last
+                return None
+            drafts = fed[1:]
+        left = new[done:]
+        if not left:  # a pass that kept nothing
+            return None
+        accepted = 0
+        while accepted < min(len(drafts), len(left)) and drafts[accepted] == left[accepted]:
+            accepted += 1
+        cut = accepted == len(left)  # the run ended inside the accepted drafts (budget or end token)
+        kept = accepted if cut else accepted + 1
+        stats.record(len(drafts), torch.tensor([accepted + 1]), num_kept=torch.tensor([kept]))
+        done += kept
+    return stats if done == len(new) else None

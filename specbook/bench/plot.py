@@ -40,7 +40,8 @@ class SpeedupBars:
 def speedup_bars(result: dict) -> SpeedupBars:
     """The bars of a bench JSON report (a dict as :func:`specbook.bench.cli.run_bench` returns).
 
-    Series are ``drafter`` when the report holds one engine, ``engine/drafter`` when several;
+    Series are ``drafter`` when the report holds one engine, ``engine/drafter`` when several (with
+    `` [block]`` after the drafter for rows of block verification);
     categories keep the report's order, with ``all`` (the ``overall`` rows) last.  A missing
     combination (e.g. a drafter transformers cannot run) is None: no bar.  Raises ValueError when
     the report has no ``runs`` rows with the fields the chart needs.
@@ -61,8 +62,9 @@ def speedup_bars(result: dict) -> SpeedupBars:
         categories.append("all")
     engines = list(dict.fromkeys(r["engine"] for r in rows))
 
-    def label(r: dict) -> str:
-        return r["drafter"] if len(engines) == 1 else f"{r['engine']}/{r['drafter']}"
+    def label(r: dict) -> str:  # block verification is a series of its own: "ngram [block]"
+        name = r["drafter"] if r.get("verifier") in (None, "token") else f"{r['drafter']} [{r['verifier']}]"
+        return name if len(engines) == 1 else f"{r['engine']}/{name}"
 
     series: dict[str, list[float | None]] = {}
     for r in rows:

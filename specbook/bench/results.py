@@ -2,14 +2,23 @@
 
 The measuring is in :mod:`specbook.bench.cli`; this module only summarises what it measured
 (medians of per-prompt ratios, explained greedy differences); the machine it ran on is
-:func:`specbook.machine.machine_info`.
+:func:`specbook.machine.machine_info`.  The acceptance figures of a row are
+:func:`specbook.metrics.engine_metrics` of its prompts' counters summed (never ratios averaged),
+under the same names as the rows of ``specbook batch``; a figure with no drafting step to divide by
+(plain decoding) is None, and so is every per-position figure of a row where one prompt's counters
+are unknown (a transformers run its passes did not explain: :func:`specbook.bench.engines.stats_from_calls`).
 """
 from __future__ import annotations
 
 import hashlib
 import statistics
 
+from ..decode_stats import DecodeStats
+from ..metrics import engine_metrics
 from .crosscheck import explain_divergence
+
+PER_POSITION = ("drafting_steps", "accepted_tokens_per_position", "mean_acceptance_length", "acceptance_per_position",
+                "acceptance_per_position_unconditional", "accepted_length_histogram")
 
 def ids_sha256(ids: list[int]) -> str:
     """SHA-256 hex digest of token ids written as comma-separated decimal integers."""
@@ -28,38 +37,66 @@ def explain_differences(model, records: list[dict], outputs: dict, prompt_ids: d
     sums in a different order than a one-token pass, so where the top two logits nearly tie the
     argmax can flip; anything else would be a bug.  Differences are explained, never hidden."""
     for r in records:
-        plain = outputs.get((r["engine"], "none", r["id"]))
+        plain = outputs.get((r["engine"], "none", None, r["id"]))
         if r["drafter"] == "none" or plain is None:
             continue
-        d = explain_divergence(model, prompt_ids[r["id"]], plain, outputs[(r["engine"], r["drafter"], r["id"])])
+        d = explain_divergence(model, prompt_ids[r["id"]], plain,
+                               outputs[(r["engine"], r["drafter"], r.get("verifier"), r["id"])])
         if d is not None:
             r["divergence"] = {"position": d.position, "gap": d.gap, "spread": d.spread, "near_tie": d.is_tie,
                                "description": d.describe()}
 
 
+def _clean(x):
+    """A figure for the JSON: rounded, NaN (nothing to divide by) as None, lists element by element."""
+    if isinstance(x, list):
+        return [_clean(v) for v in x]
+    if isinstance(x, float):
+        return None if x != x else round(x, 4)
+    return x
+
+
+def _sum_lists(lists: list[list[int]]) -> list[int]:
+    return [sum(xs[i] for xs in lists if i < len(xs)) for i in range(max(map(len, lists), default=0))]
+
+
+def acceptance(group: list[dict]) -> dict:
+    """engine_metrics of the group's summed counters (module docstring): every figure by its batch-row name."""
+    proposed, accepted = sum(r["proposed"] for r in group), sum(r["accepted"] for r in group)
+    figures = {"draft_tokens": proposed, "accepted_tokens": accepted,
+               "draft_acceptance_rate": round(accepted / proposed, 4) if proposed else None,
+               **dict.fromkeys(PER_POSITION)}
+    if all(r.get("position_proposed") is not None for r in group):
+        total = DecodeStats(proposed=proposed, accepted=accepted,
+                            position_proposed=_sum_lists([r["position_proposed"] for r in group]),
+                            position_accepted=_sum_lists([r["position_accepted"] for r in group]))
+        figures.update({k: _clean(v) for k, v in engine_metrics(total).items()})
+    return figures
+
+
 def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]]:
-    """Per-prompt records -> one row per (engine, drafter, category) and one per (engine, drafter)."""
+    """Per-prompt records -> one row per (engine, drafter, verifier, category) and one per (engine, drafter,
+    verifier)."""
     base = {(r["engine"], r["id"]): r for r in records if r["drafter"] == "none"}
 
     def row(group: list[dict], category: str) -> dict:
         first = group[0]
         new = sum(r["new_tokens"] for r in group)
         secs = sum(r["seconds"] for r in group)
-        passes, proposed = sum(r["passes"] for r in group), sum(r["proposed"] for r in group)
-        accepted = sum(r["accepted"] for r in group)
-        efficiency = round(accepted / proposed, 4) if proposed else None  # counters summed, not ratios averaged
+        passes = sum(r["passes"] for r in group)
+        figures = acceptance(group)  # counters summed, not ratios averaged
         ar = [base.get((r["engine"], r["id"])) for r in group]
         identical = all(a is not None and a["sha256"] == r["sha256"] for a, r in zip(ar, group)) if greedy else None
         differing = [r for a, r in zip(ar, group) if a is not None and a["sha256"] != r["sha256"]]
         ties = (all(r.get("divergence", {}).get("near_tie") for r in differing) if greedy and differing else None)
-        return {"engine": first["engine"], "drafter": first["drafter"], "category": category,
+        return {"engine": first["engine"], "drafter": first["drafter"], "verifier": first.get("verifier"),
+                "verified_by": _same(r.get("verified_by") for r in group), "category": category,
                 "dtype": first["dtype"], "gamma": first["gamma"], "tree_budget": first["tree_budget"],
                 "prompts": len(group), "new_tokens": new, "seconds": round(secs, 4),
                 "tokens_per_s": round(_median(r["new_tokens"] / r["seconds"] for r in group), 3),
                 "tokens_per_s_total": round(new / secs, 3),
                 "tau": round(sum(r["emitted"] for r in group) / passes, 4),
-                "draft_efficiency": efficiency,
-                "draft_tokens": proposed, "accepted_tokens": accepted, "draft_acceptance_rate": efficiency,
+                "draft_efficiency": figures["draft_acceptance_rate"], **figures,
                 "speedup_vs_autoregressive": _round(_median(a["seconds"] / r["seconds"] if a else None
                                                             for a, r in zip(ar, group))),
                 "roofline_fraction": _round(_median(r["roofline_fraction"] for r in group)),
@@ -71,9 +108,20 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
     groups: dict[tuple, list[dict]] = {}
     overall: dict[tuple, list[dict]] = {}
     for r in records:
-        groups.setdefault((r["engine"], r["drafter"], r["category"]), []).append(r)
-        overall.setdefault((r["engine"], r["drafter"]), []).append(r)
-    return ([row(g, key[2]) for key, g in groups.items()], [row(g, "all") for g in overall.values()])
+        groups.setdefault((r["engine"], r["drafter"], r.get("verifier"), r["category"]), []).append(r)
+        overall.setdefault((r["engine"], r["drafter"], r.get("verifier")), []).append(r)
+    return ([row(g, key[3]) for key, g in groups.items()], [row(g, "all") for g in overall.values()])
+
+
+def _same(values):
+    """The one value all records share (a prompt with no drafts says None: skipped), or "mixed"."""
+    seen = {v for v in values if v is not None}
+    return seen.pop() if len(seen) == 1 else ("mixed" if seen else None)
+
+
+def label(row: dict) -> str:
+    """The drafter's name, with the verifier when it is block verification (``ngram [block]``)."""
+    return row["drafter"] if row.get("verifier") in (None, "token") else f"{row['drafter']} [{row['verifier']}]"
 
 
 def _round(x, nd=4):
@@ -95,18 +143,18 @@ def engine_ratio(records: list[dict], greedy: bool = True) -> dict | None:
 
 
 def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curves: dict) -> str:
-    w = max([10] + [len(r["drafter"]) + 2 for r in runs + overall])
+    w = max([10] + [len(label(r)) + 2 for r in runs + overall])
     head = (f"{'engine':<13}{'drafter':<{w}}{'category':<17}{'n':>3}{'tok/s':>8}{'roof':>6}{'tau':>7}{'eff':>7}"
             f"{'speedup':>9}  same")
     lines = [head, "-" * len(head)]
-    for r in sorted(runs + overall, key=lambda r: (r["engine"], r["drafter"], r["category"] == "all", r["category"])):
+    for r in sorted(runs + overall, key=lambda r: (r["engine"], label(r), r["category"] == "all", r["category"])):
         eff = "-" if r["draft_efficiency"] is None else f"{r['draft_efficiency']:.2f}"
         same = {True: "yes", False: "NO", None: "-"}[r["outputs_identical_to_autoregressive"]]
         if same == "NO" and r.get("differences_are_near_ties"):
             same = "tie"  # every difference starts at a near-tie (for the dtype) of the target's top-2 logits
         sp = "-" if r["speedup_vs_autoregressive"] is None else f"{r['speedup_vs_autoregressive']:.2f}x"
         roof = "-" if r["roofline_fraction"] is None else f"{r['roofline_fraction']:.2f}"
-        lines.append(f"{r['engine']:<13}{r['drafter']:<{w}}{r['category']:<17}{r['prompts']:>3}"
+        lines.append(f"{r['engine']:<13}{label(r):<{w}}{r['category']:<17}{r['prompts']:>3}"
                      f"{r['tokens_per_s']:>8.1f}{roof:>6}{r['tau']:>7.2f}{eff:>7}{sp:>9}  {same}")
     if ratio:
         lines.append(f"\nplain decoding, specbook / transformers tokens/s (median of {ratio['prompts']} prompts): "

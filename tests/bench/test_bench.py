@@ -295,7 +295,7 @@ def test_greedy_differences_are_explained_as_near_ties_or_flagged():
                                    intermediate_size=48, max_position_embeddings=64)).init_weights(
         generator=torch.Generator().manual_seed(0))
     records = [record("specbook", "none", "a", 1.0, "x"), record("specbook", "eagle", "a", 0.5, "y")]
-    outputs = {("specbook", "none", "a"): [1, 2, 3], ("specbook", "eagle", "a"): [1, 2, 4]}
+    outputs = {("specbook", "none", None, "a"): [1, 2, 3], ("specbook", "eagle", None, "a"): [1, 2, 4]}  # engine, drafter, verifier, id
     bench.explain_differences(model, records, outputs, {"a": [5, 6, 7]})
     div = records[1]["divergence"]
     assert div["position"] == 2 and div["gap"] >= 0 and "first difference at new token 2" in div["description"]
