@@ -6,15 +6,19 @@ N tree nodes, S top-k candidates per head.
 Cai, Li, Geng, Peng, Lee, Chen & Dao, "Medusa: Simple LLM Inference Acceleration Framework
 with Multiple Decoding Heads" (ICML 2024, arXiv:2401.10774).  Head k reads the target's
 feature at the last cached position t and guesses x_{t+k+1}, the token k positions after
-the one the target's own LM head predicts (x_{t+1}); eq. 1, a residual block:
+the one the target's own LM head predicts (x_{t+1}).  The paper's heads (its eq. 1) are
+residual blocks with an output matrix of their own, W_2^(k) of shape d x V per head,
+initialised from the LM head.  specbook's heads keep the residual block but share one output
+matrix, the target's frozen LM head (a variant of eq. 1, not eq. 1 itself):
 
     p_t^(k) = softmax( W_lm · (z_t + SiLU(W_k z_t + b_k)) )            k = 1..K
 
 z_t is the target's last hidden state after its final norm, so with W_k = 0 a head starts
 out as the target's own next-token head; only W_k, b_k are trained (Medusa-1: the backbone
 is frozen).  W_lm is the target's frozen LM head, restricted to a draft vocabulary of the
-Vd tokens the target uses most (``vocab``, draft id -> target id), which keeps the shipped
-file small and drafting cheap; a token outside it is simply never drafted.
+Vd tokens the target uses most (``vocab``, draft id -> target id; 8,192 for SmolLM2), which
+keeps the shipped file small and a draft step cheap (it streams the heads and those Vd rows
+of W_lm, not V output matrices); a token outside it is simply never drafted.
 
 The heads cannot see each other's guesses, so Medusa proposes a *tree*: the top few
 candidates of each head, combined along the paths of a choice list (sec. 2.1.2).  The
