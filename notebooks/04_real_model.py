@@ -461,15 +461,27 @@ print(f"3. alignment: same tokenizer (ids index the same {cfg.vocab_size}-token 
 # the same tokenizer, the target's own features; but a step still streams
 # most of the target, so its c is near 1). Medusa and EAGLE heads (lesson 5)
 # add a few MB of weights and read the target's final features, so they are
-# aligned by construction and a draft step streams only the heads:
+# aligned by construction. A draft step streams the heads *and an LM head*,
+# though: in the Medusa paper each head has its own d × V output matrix
+# (initialised from the target's LM head), and an EAGLE draft step runs the
+# target's LM head on the feature it predicts. SmolLM2's LM head alone is
+# 49,152 × 576 weights, a fifth of the model. specbook's heads instead share one
+# frozen copy of the target's LM head cut to the 8,192 tokens the target uses
+# most, which keeps a draft step small; the price is that a token outside those
+# 8,192 is never drafted.
 
 # %%
 from specbook.drafters.eagle import EagleDrafter
 from specbook.drafters.medusa import MedusaDrafter
 
 heads = {"Medusa heads": MedusaDrafter.shipped(model).heads, "EAGLE head": EagleDrafter.shipped(model).head}
+full_lm_head = cfg.vocab_size * cfg.dim * bytes_per
 for name, module in heads.items():
-    print(f"{name}: {sum(p.numel() for p in module.parameters()) * bytes_per / 1e6:.1f} MB of extra weights")
+    own = sum(p.numel() for p in module.parameters()) * bytes_per
+    cut_lm_head = module.vocab.numel() * cfg.dim * bytes_per  # the shared, frozen LM head rows it drafts over
+    print(f"{name}: {own / 1e6:.1f} MB of extra weights; a draft step also streams the LM head cut to "
+          f"{module.vocab.numel():,} tokens ({cut_lm_head / 1e6:.1f} MB; the full head is {full_lm_head / 1e6:.0f} MB): "
+          f"{(own + cut_lm_head) / target_bytes:.3f} of a target step's bytes")
 skip_layers = drafters["layerskip"].exit_layer  # blocks the early exit runs
 print(f"layer skip: 0 MB extra; a draft step streams {skip_layers} of {cfg.n_layers} blocks plus the head")
 
@@ -485,7 +497,9 @@ print(f"layer skip: 0 MB extra; a draft step streams {skip_layers} of {cfg.n_lay
 #   SmolLM2 was never trained to exit early.
 # * **the distilled draft model** (`draft`), measured above: trained to imitate
 #   the target (`python -m specbook.train.distill`; the weights ship with
-#   specbook). One step costs about a tenth of a target step.
+#   specbook). One step costs about a tenth of a target step: `python -m
+#   specbook batch` measured 0.10 to 0.16 on a 2-core CPU at batch sizes 1 to 64
+#   (docs/batching.md); the table below gives yours.
 #
 # For each prompt we decode plainly and then speculatively, timing every draft
 # call and every target pass (`TimedTarget`, `TimedDrafter`), and
@@ -551,12 +565,17 @@ fig
 # the answer copies the prompt. The distilled draft guesses from what it learned,
 # so it can also help where nothing can be copied: a round pays when the tokens
 # it is expected to yield exceed what it costs, **E(α, γ) > γ·c + v(γ + 1)**
-# (with the measured c of a few hundredths and v(5) from your curve, that asks
+# (with the measured c of about a tenth and v(5) from your curve, that asks
 # for far more than "α above c"). Layer skipping shows the other side of the same inequality: with c near
 # 1 the right side is about γ + v(γ + 1), while the left side can never exceed
 # γ + 1, so even a perfect α cannot pay unless v is nearly 1, and it is slower
-# than plain decoding on this model. (A model trained for early exit, as in
-# LayerSkip, would change α, not c.)
+# than plain decoding on this model. What would change that is training: LayerSkip
+# (Elhoushi et al., 2024) trains the model with layer dropout and an early-exit loss so
+# that the shared LM head reads usable predictions off early layers. That is what lets
+# a draft exit after a fraction of the blocks, a much lower c at a still useful α.
+# SmolLM2 was not trained so: its untrained early exit agrees with the full model on
+# only about half the tokens even one block from the end (docs/drafters.md), so on
+# this model no exit layer is both cheap enough and accurate enough to pay.
 #
 # What to take away:
 #

@@ -28,10 +28,16 @@
 #   a tree of their top candidates.
 # * **EAGLE** (Li et al., 2024): one small transformer layer that runs
 #   autoregressively on the target's *features*: its input at position t is the
-#   second-to-top feature f_t (the last block's output, one norm and the LM head
-#   below the logits) together with the token sequence shifted by one step,
-#   x_{t+1}; it predicts f_{t+1}. EAGLE-2 grows the tree dynamically where the
-#   draft is confident; EAGLE-3 fuses low, middle and high layers' features.
+#   second-to-top feature, the state the target's LM head reads (in specbook
+#   z_t = norm(f_t): the last block's output f_t after the final norm, as for
+#   Medusa), together with the token sequence shifted by one step, x_{t+1}; it
+#   predicts z_{t+1}. EAGLE-2 grows the tree dynamically where the draft is
+#   confident; EAGLE-3 fuses low, middle and high layers' features.
+#
+# The models: sections 1 to 4 and 6 use a tiny random Llama, on which every claim can
+# be checked in seconds, and train their heads on it live. SmolLM2-135M appears in
+# section 3b (the measured cost of a tree pass) and, in the full run, in section 5
+# with the heads that ship with specbook; in fast mode section 5 runs on the tiny model.
 #
 # In this lesson we build a tree and its mask, verify it in one pass and check
 # that this equals verifying each path on its own, measure what "one pass"
@@ -167,12 +173,22 @@ print("== the longest result of verifying each path separately:", best_chain)
 # bfloat16). While I(n) is below the machine's *ridge point* (peak flop/s over
 # memory bandwidth) the pass waits for memory and extra nodes are nearly free;
 # above it the pass waits for arithmetic and its time grows with n. A GPU's
-# ridge is in the hundreds of flop/byte; a laptop CPU's is about 15 in float32
-# and, where bfloat16 is multiplied natively, several times that. We time one
-# tree-masked verify pass of SmolLM2 over n nodes in both number types.
+# ridge is in the hundreds of flop/byte; a CPU's is far lower and differs from
+# machine to machine, so we measure this one's with the stopwatches lesson 6 and
+# `python -m specbook batch` use: 64 rows through one of SmolLM2's projections (the
+# shape of a 64-node pass) against a sum over a buffer larger than the caches. Then we
+# time one tree-masked verify pass of SmolLM2 over n nodes in both number types.
 
 # %%
+from specbook.bench.batch_costs import measure_roofline
+
 t0 = time.perf_counter()
+measure = dict(size=768, read_mb=64, reps=3) if FAST else dict(reps=5)
+ridge_here = {name: measure_roofline(dtype, **measure)["ridge_flop_per_byte"]
+              for name, dtype in (("float32", torch.float32), ("bfloat16", torch.bfloat16))}
+print(f"this machine's ridge, measured: {ridge_here['float32']:.1f} flop/byte in float32, "
+      f"{ridge_here['bfloat16']:.1f} in bfloat16 (an H100's in bfloat16: "
+      f"{sb.roofline.ridge('H100 SXM', 'bfloat16'):.0f})")
 smol, tokenizer = sb.models.load_smollm2(dtype="float32")  # and a bfloat16 copy beside it
 smol_bf16 = copy.deepcopy(smol).to(torch.bfloat16)
 context_ids = list(range(1000, 1064))  # any 64 cached tokens: the cost depends on lengths, not on words
@@ -183,7 +199,10 @@ for name, cv in tree_curves.items():
     print(f"{name:8s}: t(1) = {1000 * cv['seconds'][0]:.0f} ms, t(64) = {1000 * cv['seconds'][-1]:.0f} ms, "
           f"v(64) = {cv['v'][-1]:.2f}")
 intensity = {name: 2 * 64 / b for name, b in (("float32", 4), ("bfloat16", 2))}  # flop per weight byte at n = 64
-print(f"arithmetic intensity at 64 nodes: {intensity} flop/byte; measured in {time.perf_counter() - t0:.0f} s")
+print(f"arithmetic intensity at 64 nodes: {intensity} flop/byte, "
+      + ", ".join(f"{'above' if intensity[k] > ridge_here[k] else 'below'} this machine's {k} ridge "
+                  f"({ridge_here[k]:.1f})" for k in intensity)
+      + f"; measured in {time.perf_counter() - t0:.0f} s")
 native = tree_curves["bfloat16"]["seconds"][-1] < tree_curves["float32"]["seconds"][-1]
 print(f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}, CUDA bfloat16 "
       f"{torch.cuda.is_available() and torch.cuda.is_bf16_supported()}: this machine has the "
@@ -200,9 +219,10 @@ plots.plot_curves(TREE_SIZES, {**{f"v(n), {n}": cv["v"] for n, cv in tree_curves
 fig
 
 # %% [markdown]
-# At 64 nodes float32 does 32 flop per weight byte, above a CPU's float32
-# ridge: the pass is compute-bound and costs several plain passes, so a
-# 64-node tree only pays if it yields that many more tokens. That is the same
+# At 64 nodes float32 does 32 flop per weight byte. Compare it with this
+# machine's float32 ridge, printed above. Where 32 lies above it, as on every CPU
+# we have measured, the pass is compute-bound and costs several plain passes, so
+# a 64-node tree only pays if it yields that many more tokens. That is the same
 # pool of idle arithmetic that batching consumes: with many sequences in a
 # batch, there is no idle compute left and a big tree becomes a tax. Size the
 # tree by the measured curve, not by the slogan.
@@ -264,9 +284,16 @@ print("EAGLE: share of positions whose chain survives 0..3 drafts:", [round(floa
 # gives x_{t+1}, the greedy reply itself; head k (k = 1..K) is trained on
 # x_{t+k+1}. We check both on the training data.
 #
-# **EAGLE.** Its input is the pair (f_t, x_{t+1}): the same second-to-top
-# feature, concatenated with the embedding of the token one step later (the
-# token sequence shifted by one), through one linear map from 2D to D.
+# **What the heads read.** specbook stores f_t, the last block's output *before* the
+# final norm (`features_from_ids`), but neither head reads it raw: both read
+# z_t = norm(f_t), the final norm of f_t, exactly what the target's LM head reads. The
+# trainers apply the target's frozen norm before a head sees a feature
+# (`specbook.train.medusa.target_features`), and so do the drafters when they decode
+# (their feature store transforms every observed hidden state with `model.norm`).
+#
+# **EAGLE.** Its input is the pair (z_t, x_{t+1}): that same post-norm feature,
+# concatenated with the embedding of the token one step later (the token sequence
+# shifted by one), through one linear map from 2D to D.
 #
 # **EAGLE-3** (Li et al., 2025) changes the training: no feature regression
 # (only the token loss), a "training-time test" that feeds the head its own
@@ -294,10 +321,17 @@ torch.testing.assert_close(hid.float(), check.last_hidden[0], atol=2e-2, rtol=1e
 own_next = tiny.lm_head(tiny.norm(check.last_hidden))  # the target's LM head on f_t
 torch.testing.assert_close(own_next, logits)
 assert own_next[0, P - 1:].argmax(-1).tolist() == tok[P:].tolist()  # f_t -> x_{t+1}: the greedy reply
-assert tuple(eagle_head.fc.weight.shape) == (cfg.dim, 2 * cfg.dim)  # EAGLE: [f_t ; e(x_{t+1})] -> D
+assert tuple(eagle_head.fc.weight.shape) == (cfg.dim, 2 * cfg.dim)  # EAGLE: [z_t ; e(x_{t+1})] -> D
+# Both heads read z_t = norm(f_t), what the LM head reads, in training and when drafting.
+from specbook.train.medusa import target_features
+
+torch.testing.assert_close(target_features(tiny, hid[:4]), tiny.norm(hid[:4].float()))
+reads_post_norm = all(d.features.transform is tiny.norm
+                      for d in (MedusaDrafter(medusa_heads, tiny), EagleDrafter(eagle_head, tiny)))
+assert reads_post_norm
 low, mid, high = check.last_hidden_layers  # EAGLE-3's three feature sources, from the same pass
 assert torch.equal(high, check.last_hidden)
-print(f"EAGLE input width {2 * cfg.dim} = [f_t ; e(x_t+1)]; EAGLE-3 fused input width "
+print(f"EAGLE input width {2 * cfg.dim} = [z_t ; e(x_t+1)]; EAGLE-3 fused input width "
       f"{torch.cat([low, mid, high], -1).shape[-1]} = 3 layers x {cfg.dim}; "
       f"draft vocabulary {eagle_head.vocab.numel()} of {cfg.vocab_size} tokens")
 
@@ -395,6 +429,43 @@ for name, first in (("lossless tree rule", lossless[:, 0]), ("typical acceptance
 # heads' preferences leak into the output. The lossless rule tries the
 # candidates in turn, accepting each with probability p(x) and removing it from
 # p when rejected (sampling without replacement), and ends exactly on p.
+#
+# **What "lossless" assumes about the siblings.** The tree rule's proof applies the
+# one-position identity of lesson 2 once per sibling, to the current residual and that
+# sibling's q. That holds when each sibling is *an independent draw* from the q reported
+# for it, or when the candidates are fixed in advance and verified as one-hot
+# (q(x) = 1: the case above). Medusa's and EAGLE's trees are neither: they take their
+# heads' top-k, distinct tokens chosen without replacement. specbook's Medusa and EAGLE
+# drafters therefore hand their tree candidates to the verifier as fixed
+# (`draft_probs=None`), which is lossless; reporting the heads' q beside a top-k list
+# breaks the proof. Exactly, with `specbook.tree_laws` on a root with two children:
+
+# %%
+from fractions import Fraction
+
+from specbook.tree_laws import tree_block_law
+
+p_root = [Fraction(1, 10), Fraction(3, 10), Fraction(6, 10)]  # the target at the root
+q_head = [Fraction(1, 2), Fraction(3, 10), Fraction(1, 5)]  # the head's law, the same for both children
+two_children = from_paths([[0], [1]]).parents
+
+
+def first_token_law(block_law):
+    """The law of the first emitted token, from the law of whole blocks."""
+    out = [Fraction(0)] * len(p_root)
+    for block, pr in block_law.items():
+        out[block[0]] += pr
+    return out
+
+
+sibling_laws = {
+    "two independent draws from q, q reported": tree_block_law([p_root] * 3, [q_head] * 2, two_children),
+    "top-2 of q (tokens 0 and 1), verified as fixed": tree_block_law([p_root] * 3, None, two_children, [0, 1]),
+    "top-2 of q, q reported": tree_block_law([p_root] * 3, [q_head] * 2, two_children, [0, 1]),
+}
+sibling_laws = {name: first_token_law(law) for name, law in sibling_laws.items()}
+for name, law in sibling_laws.items():
+    print(f"{name:48s} first token {[str(v) for v in law]}  (p = {[str(v) for v in p_root]})")
 
 # %% [markdown]
 # ## Exercises
@@ -476,11 +547,16 @@ assert tokens[0, : n_emitted[0]].tolist() == best_chain
 for cv in tree_curves.values():
     assert cv["n"] == TREE_SIZES and cv["v"][0] == 1.0 and all(x > 0 for x in cv["v"])
 assert intensity == {"float32": 32.0, "bfloat16": 64.0}
-# 4. Medusa head k is trained on x_{t+k+1}; EAGLE reads [f_t ; e(x_{t+1})]; f_t -> norm -> LM head = x_{t+1}.
-assert labels_.shape[1] == K and tuple(eagle_head.fc.weight.shape) == (cfg.dim, 2 * cfg.dim)
+# 4. Medusa head k is trained on x_{t+k+1}; EAGLE reads [z_t ; e(x_{t+1})]; z_t = norm(f_t) -> LM head = x_{t+1},
+#    and both drafters read that post-norm z_t.
+assert labels_.shape[1] == K and tuple(eagle_head.fc.weight.shape) == (cfg.dim, 2 * cfg.dim) and reads_post_norm
 # 5. Speculation emitted at least one token per target pass and at most a full path plus the bonus token;
 #    at temperature 0 every configuration reproduced plain greedy decoding (asserted in section 5).
 assert all(1.0 <= tau <= 1 + 12 for tau in results.values())
 # 6. The lossless tree rule follows p; typical acceptance does not.
 assert pvalues["lossless tree rule"] > LEVEL and pvalues["typical acceptance"] < LEVEL
+# 7. Tree verification is exact for independently drawn siblings and for fixed (one-hot) candidates; a top-k list
+#    verified with the heads' q is not, which is why the drafters hand their trees over as fixed.
+laws_found = list(sibling_laws.values())
+assert laws_found[0] == laws_found[1] == p_root and laws_found[2] != p_root
 print(f"all lesson-5 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")
