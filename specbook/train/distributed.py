@@ -87,6 +87,15 @@ class World:
         dist.all_reduce(values)
         return values / self.world_size
 
+    def any(self, flag: bool) -> bool:
+        """True on every rank when ``flag`` is true on any: a stop that one rank's clock decides
+        must stop them all at the same step, or the others would wait forever in the next step."""
+        if not self.distributed:
+            return flag
+        value = torch.tensor([int(flag)], device=self.device)
+        dist.all_reduce(value, op=dist.ReduceOp.MAX)
+        return bool(value.item())
+
     def sum(self, values: torch.Tensor) -> torch.Tensor:
         """The sum over ranks (counts of a sharded evaluation)."""
         if not self.distributed:

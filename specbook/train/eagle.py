@@ -33,9 +33,9 @@ from tqdm.auto import tqdm
 
 from ..cliargs import nonnegative_float, positive_int
 from ..drafters.eagle import EagleConfig, EagleHead, HeadCache
+from .distributed import Checkpoints, World, launched, restore, training_state
 from .features import FeatureSet
-from .distributed import Checkpoints, World, restore, training_state
-from .heads_cli import heads_parser, load_heads_data, training_record, write_heads
+from .heads_cli import checkpoints_from, heads_parser, load_heads_data, parse_heads_args, training_record, write_heads
 from .medusa import target_features, to_draft_ids
 from .schedule import warmup_cosine
 
@@ -198,7 +198,7 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
         shown = world.mean(torch.cat([loss.detach()[None], agree])).tolist()  # the global batch's
         log["loss"].append((step, shown[0], shown[1:]))
         bar.set_postfix(loss=f"{shown[0]:.3f}", top1=f"{shown[1]:.2f}")
-        stop = ((time_limit_s is not None and time.perf_counter() - t0 > time_limit_s)
+        stop = ((time_limit_s is not None and world.any(time.perf_counter() - t0 > time_limit_s))
                 or (max_steps is not None and step + 1 >= max_steps))
         epoch_end = (step + 1) % epoch_steps == 0 or step + 1 == steps
         if val_seqs and epoch_end:
@@ -269,33 +269,35 @@ def chain_tau(survival: torch.Tensor, gamma: int) -> float:
 def main(argv: list[str] | None = None) -> None:
     ap = heads_parser("specbook train eagle", __doc__, [
         "--train-prompts", "--heldout-prompts", "--max-new-tokens", "--draft-vocab", "--epochs",
-        ("--batch-sequences", dict(type=positive_int, default=8, help="sequences per step")), "--lr",
-        ("--w-cls", dict(type=nonnegative_float, default=0.5, help="weight of the token loss (EAGLE: 0.1)")),
+        ("--batch-sequences", dict(type=positive_int, default=8, help="sequences per step (all processes together)")),
+        "--lr", ("--w-cls", dict(type=nonnegative_float, default=0.5, help="weight of the token loss (EAGLE: 0.1)")),
         ("--noise", dict(type=nonnegative_float, default=0.1, help="half-width of the uniform feature noise")),
         ("--unroll", dict(type=positive_int, default=2, help="training steps of the head feeding on itself")),
         ("--weight-decay", dict(type=nonnegative_float, default=0.01, help="AdamW weight decay")), "--time-limit",
-        ("--max-steps", dict(type=positive_int, default=None,
-                             help="stop training after this many steps (the schedule still spans --epochs)")),
+        "--max-steps",
     ], shipped="head", default_name=DEFAULT_NAME)
-    args = ap.parse_args(argv)
-
-    data = load_heads_data(args)
-    model, fs, held, fit, val = data.model, data.fs, data.held, data.fit, data.val
-    head, log = train_eagle(fs, model, fit, vocab=data.vocab, epochs=args.epochs,
-                            batch_sequences=args.batch_sequences, lr=args.lr, w_cls=args.w_cls, noise=args.noise,
-                            unroll_steps=args.unroll, weight_decay=args.weight_decay, val_seqs=val,
-                            time_limit_s=args.time_limit, max_steps=args.max_steps)
-    surv_val = chain_acceptance(head, model, fs, val)
-    surv_held = chain_acceptance(head, model, held, list(range(held.num_sequences)))
-    report = {
-        "chain_survival_heldout": [round(x, 4) for x in surv_held.tolist()],
-        "tau_chain_heldout": {g: round(chain_tau(surv_held, g), 3) for g in range(1, len(surv_held))},
-        "tau_chain_validation": {g: round(chain_tau(surv_val, g), 3) for g in range(1, len(surv_val))},
-    }
-    training = training_record("specbook.train.eagle", argv, args, data, log, "pairs",
-                               validation_tau_per_epoch=log["validation"])
-    write_heads(head, args.out, {"default_tree": {"depth": 6, "top_k": 4, "num_nodes": 24},
-                                 "training": training, "heldout": report})
+    args = parse_heads_args(ap, argv)
+    with launched(args.device) as world:
+        data = load_heads_data(args, world)
+        model, fs, held, fit, val = data.model, data.fs, data.held, data.fit, data.val
+        head, log = train_eagle(fs, model, fit, vocab=data.vocab, epochs=args.epochs,
+                                batch_sequences=args.batch_sequences, lr=args.lr, w_cls=args.w_cls, noise=args.noise,
+                                unroll_steps=args.unroll, weight_decay=args.weight_decay, val_seqs=val,
+                                time_limit_s=args.time_limit, max_steps=args.max_steps, world=world,
+                                checkpoints=checkpoints_from(args))
+        if not world.main:
+            return
+        surv_val = chain_acceptance(head, model, fs, val)
+        surv_held = chain_acceptance(head, model, held, list(range(held.num_sequences)))
+        report = {
+            "chain_survival_heldout": [round(x, 4) for x in surv_held.tolist()],
+            "tau_chain_heldout": {g: round(chain_tau(surv_held, g), 3) for g in range(1, len(surv_held))},
+            "tau_chain_validation": {g: round(chain_tau(surv_val, g), 3) for g in range(1, len(surv_val))},
+        }
+        training = training_record("specbook.train.eagle", argv, args, data, log, "pairs",
+                                   validation_tau_per_epoch=log["validation"], processes=world.world_size)
+        write_heads(head, args.out, {"default_tree": {"depth": 6, "top_k": 4, "num_nodes": 24},
+                                     "training": training, "heldout": report})
 
 if __name__ == "__main__":
     main()

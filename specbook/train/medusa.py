@@ -26,9 +26,9 @@ from tqdm.auto import tqdm
 
 from ..cliargs import positive_int
 from ..drafters.medusa import MedusaConfig, MedusaHeads
+from .distributed import Checkpoints, World, launched, restore, training_state
 from .features import FeatureSet
-from .distributed import Checkpoints, World, restore, training_state
-from .heads_cli import heads_parser, load_heads_data, training_record, write_heads
+from .heads_cli import checkpoints_from, heads_parser, load_heads_data, parse_heads_args, training_record, write_heads
 from .schedule import warmup_cosine
 
 DEFAULT_NAME = "medusa_smollm2-135m"
@@ -117,7 +117,7 @@ def train_medusa(fs: FeatureSet, model, seqs: list[int], *, num_heads: int = 4, 
             shown = world.mean(torch.stack([loss.detach(), per_head[0].detach()]))  # the global batch's
             log["loss"].append((step, float(shown[0])))
             bar.set_postfix(loss=f"{float(shown[0]):.3f}", head1=f"{float(shown[1]):.2f}")
-        stop = ((time_limit_s is not None and time.perf_counter() - t0 > time_limit_s)
+        stop = ((time_limit_s is not None and world.any(time.perf_counter() - t0 > time_limit_s))
                 or (max_steps is not None and step + 1 >= max_steps and step + 1 < steps))
         if checkpoints is not None and checkpoints.due(step + 1, stopping=stop):
             checkpoints.save(world, training_state(step + 1, heads, opt, sched, gen, run, order=order, log=log,
@@ -218,25 +218,30 @@ def main(argv: list[str] | None = None) -> None:
     ap = heads_parser("specbook train medusa", __doc__, [
         "--train-prompts", "--heldout-prompts", "--max-new-tokens",
         ("--heads", dict(type=positive_int, default=4, help="number of Medusa heads")), "--draft-vocab", "--epochs",
-        ("--batch-size", dict(type=positive_int, default=256, help="positions per step")), "--lr", "--time-limit",
+        ("--batch-size", dict(type=positive_int, default=256, help="positions per step (all processes together)")),
+        "--lr", "--time-limit", "--max-steps",
     ], shipped="heads", default_name=DEFAULT_NAME)
-    args = ap.parse_args(argv)
-
-    data = load_heads_data(args)
-    model, fs, held = data.model, data.fs, data.held
-    heads, log = train_medusa(fs, model, data.fit, num_heads=args.heads, vocab=data.vocab, epochs=args.epochs,
-                              batch_size=args.batch_size, lr=args.lr, time_limit_s=args.time_limit)
-    val_ranks = head_ranks(heads, model, fs, data.val)
-    held_ranks = head_ranks(heads, model, held, list(range(held.num_sequences)))
-    trees = {str(n): best_choices(val_ranks, n, top_s=10) for n in TREE_SIZES}
-    report = {
-        "top1_accuracy_heldout": [(held_ranks[:, k] == 0).float().mean().item() for k in range(args.heads)],
-        "top5_accuracy_heldout": [(held_ranks[:, k] < 5).float().mean().item() for k in range(args.heads)],
-        "tau_chain_heldout": {g: tokens_per_pass(held_ranks, None, g) for g in range(1, args.heads + 1)},
-        "tau_tree_heldout": {n: tokens_per_pass(held_ranks, trees[n]) for n in trees},
-    }
-    training = training_record("specbook.train.medusa", argv, args, data, log, "positions")
-    write_heads(heads, args.out, {"trees": trees, "default_tree": "16", "training": training, "heldout": report})
+    args = parse_heads_args(ap, argv)
+    with launched(args.device) as world:
+        data = load_heads_data(args, world)
+        model, fs, held = data.model, data.fs, data.held
+        heads, log = train_medusa(fs, model, data.fit, num_heads=args.heads, vocab=data.vocab, epochs=args.epochs,
+                                  batch_size=args.batch_size, lr=args.lr, time_limit_s=args.time_limit,
+                                  max_steps=args.max_steps, world=world, checkpoints=checkpoints_from(args))
+        if not world.main:
+            return
+        val_ranks = head_ranks(heads, model, fs, data.val)
+        held_ranks = head_ranks(heads, model, held, list(range(held.num_sequences)))
+        trees = {str(n): best_choices(val_ranks, n, top_s=10) for n in TREE_SIZES}
+        report = {
+            "top1_accuracy_heldout": [(held_ranks[:, k] == 0).float().mean().item() for k in range(args.heads)],
+            "top5_accuracy_heldout": [(held_ranks[:, k] < 5).float().mean().item() for k in range(args.heads)],
+            "tau_chain_heldout": {g: tokens_per_pass(held_ranks, None, g) for g in range(1, args.heads + 1)},
+            "tau_tree_heldout": {n: tokens_per_pass(held_ranks, trees[n]) for n in trees},
+        }
+        training = training_record("specbook.train.medusa", argv, args, data, log, "positions",
+                                   processes=world.world_size)
+        write_heads(heads, args.out, {"trees": trees, "default_tree": "16", "training": training, "heldout": report})
 
 if __name__ == "__main__":
     main()
