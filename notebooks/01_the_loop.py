@@ -273,6 +273,13 @@ timeline_fig
 # model can enumerate. A chi-square test on the raw counts should find nothing.
 # As a control, the same counts tested against the *draft's* law must fail:
 # the test is able to notice a wrong distribution.
+#
+# (Chi-square in one line: add up, over the outcomes, the squared gap between the
+# observed and the expected count, each divided by the expected count; a sum much
+# larger than chance alone makes is evidence against the law, and the p-value says how
+# rare it would be if the law were right. The statistics primer, `02b_statistics_primer`,
+# builds this test from scratch, along with the Holm correction and the power that
+# lesson 2 uses: read it first, or alongside lessons 1 and 2.)
 
 # %%
 prompt = torch.zeros(N_SEQUENCES, 1, dtype=torch.long)  # every row starts with "the"
@@ -336,6 +343,8 @@ plots.plot_roofline(roof)
 # guesses per row means 320 positions per pass, beyond the ridge. Then extra
 # positions cost real time, and rejected guesses waste arithmetic another row
 # needed. Batching and speculation draw on the same pool of idle compute.
+# (Costing time is not yet losing: lesson 6 shows that by this model speculation
+# still wins well past the ridge, and where it stops winning.)
 #
 # Two more honest remarks. Speculation *adds* FLOPs (rejected guesses are
 # computed for nothing): it buys time, not work. And on a laptop CPU the

@@ -29,9 +29,13 @@
 # 3. Walk through the proof one identity at a time, with the library checking
 #    each identity in exact rational arithmetic, first on a worked example,
 #    then on hundreds of random ones.
-# 4. Confirm by sampling: chi-square tests of the real sampler (passes) and of
-#    each tempting rule (fails).
-# 5. The practical trap: sampling parameters applied to one side only.
+# 4. See that the verifier just proved is not the best lossless one for a block
+#    of drafts: block verification keeps more, and is still exact.
+# 5. Confirm by sampling: chi-square tests of the real sampler (passes) and of
+#    each tempting rule (fails). The tests, Holm's correction and power are built
+#    from scratch in the statistics primer (`02b_statistics_primer`): read it
+#    before this lesson or alongside it.
+# 6. The practical trap: sampling parameters applied to one side only.
 #
 # We use p for the target's distribution and q for the draft's, at one
 # position, with the guess x drawn from q. (The library spells them
@@ -93,21 +97,26 @@ display(HTML("<table><tr><th>token</th>" + "".join(f"<th>{w}</th>" for w in WORD
 # Each of these was written, at some point, by someone who thought it was fine.
 # `sb.naive.NAIVE_RULES` keeps them with their exact emitted law.
 #
-# * **"Keep the guess if the target agrees."** Keep x with probability p(x),
-#   as if the target had been asked and picked x too; otherwise draw a fresh
-#   token from p. The fresh draw can land on x again, so x gets two chances and
-#   the draft's favourites are over-represented: the draft has a vote on what is
-#   even considered. (If instead the replacement were *the very draw of the
-#   target that disagreed*, the output would simply be that draw, so exactly p,
-#   but the guess would survive only Σ p(x)q(x) of the time, less than the
-#   Σ min(p, q) we are about to reach.)
+# * **"Keep the guess if the target agrees, with a fresh redraw."** Keep x with
+#   probability p(x), as if the target had been asked and picked x too; otherwise
+#   draw a *fresh*, independent token from p. The fresh draw can land on x again,
+#   so x gets two chances and the draft's favourites are over-represented: the
+#   draft has a vote on what is even considered. This is the biased rule.
+#   Its natural reading, "accept if the target agrees, else take the target's
+#   token", is *not* biased: draw y from p, emit x if y = x, else emit y. The
+#   output is y, a draw from p, whatever x was. It is exact but wasteful: the
+#   guess survives only Σ p(x)q(x) of the time, less than the Σ min(p, q) we are
+#   about to reach (the proof below computes both).
 # * **"Right test, wrong refill."** Keep x with probability min(1, p(x)/q(x))
 #   (correct) but after a rejection draw from p. The probability that p and q
 #   agree on has already been handed out by the acceptances; drawing from all
 #   of p hands it out a second time.
 # * **"Keep it when the target likes it at least as much."** Keep x exactly
-#   when p(x) ≥ q(x), no randomness. Tokens the draft over-proposes are then
-#   never emitted as guesses at all.
+#   when p(x) ≥ q(x), no randomness; after a rejection, draw from the residual
+#   max(0, p − q), renormalised, as the correct rule does (the library's
+#   `accept_if_target_prefers` refills that way). Tokens the draft over-proposes
+#   (q > p) are then never emitted at all: never kept as guesses, and the
+#   residual has no mass on them.
 #
 # Below, black is p and each colour is a rule's exact law. The lower panel shows
 # law minus p; a correct rule would have no bars at all.
@@ -173,7 +182,7 @@ assert sum(p_ex) == 1 and sum(q_ex) == 1
 
 
 def fmt(x):
-    return str(x) if isinstance(x, F) else f"{x:.4f}"
+    return str(x) if isinstance(x, (F, int, str)) else f"{x:.4f}"
 
 
 def show(rows, head):
@@ -232,6 +241,12 @@ show([[z, step1[z], max(F(0), p_ex[z] - q_ex[z]), emit[z], p_ex[z]] for z in ran
      ["z", "min(p, q)", "max(0, p − q)", "P(emit z)", "p(z)"])
 for r in NAIVE_RULES:
     print(f"{r.name:35s} emits {[str(v) for v in r.law(p_ex, q_ex)]}  (p = {[str(v) for v in p_ex]})")
+# "Accept if the target's own draw y ~ p agrees, else emit y": enumerate the guess x ~ q and y ~ p.
+agree_law = [sum(q_ex[x] * p_ex[y] for x in range(5) for y in range(5) if (x if y == x else y) == z) for z in range(5)]
+agree_keeps = sum(a * b for a, b in zip(p_ex, q_ex))
+print(f"{'accept if y ~ p agrees, else emit y':35s} emits {[str(v) for v in agree_law]}: exact, but keeps the guess "
+      f"{agree_keeps} of the time, against Σ min(p, q) = {sum(step1)}")
+assert agree_law == p_ex and agree_keeps < sum(step1)
 
 # %% [markdown]
 # **The proof in one picture.** Draw p and q on one plot. Under both curves lies
@@ -303,6 +318,141 @@ proof_holds()
 print(f"all three identities hold exactly on {len(checked)} random and edge-case pairs")
 
 # %% [markdown]
+# ## The verifier you just proved is not the best one
+#
+# At one position nothing lossless keeps more: α = Σ min(p, q) is the most that any
+# rule emitting exactly p can keep of a guess drawn from q. But a round verifies a
+# *block* of γ guesses, and judging them one at a time, stopping at the first
+# rejection, throws away something a joint judgement keeps. **Block verification**
+# (Sun, Mendlovic, Leviathan, Aharoni, Ro, Beirami and Suresh, ICLR 2025,
+# arXiv 2403.10444; `sb.verify_block`) carries a weight along the drafted prefix,
+#
+# w_0 = 1,  w_i = min(1, w_{i−1} · p_i(x_i) / q_i(x_i)),
+#
+# what is left of the target's claim on x_1 … x_i after the draft has paid for it.
+# A guess the draft over-proposed (p < q) lowers w, and the token-wise rule would
+# stop there; a later guess the target likes *more* than the draft did (p > q)
+# raises it again, up to 1. The rule then tosses one coin per prefix length i, heads
+# with a chance h_i computed from w_i and the mass of the block residual
+# max(0, w_i p_i − q_i), keeps the *longest* prefix whose coin came up heads, and
+# draws the next token from that block residual, renormalised (from p itself, the
+# bonus, when it keeps all γ).
+#
+# The paper's example: two tokens a and b, p = (1/3, 2/3) and q = (2/3, 1/3) at every
+# position (the draft over-proposes a), γ = 2. `sb.block_laws` enumerates both rules
+# in exact fractions.
+
+# %%
+from specbook import block_laws
+
+p_ab, q_ab = [F(1, 3), F(2, 3)], [F(2, 3), F(1, 3)]  # tokens a, b at every position
+ab_target, ab_draft = block_laws.table([p_ab] * 3), block_laws.table([q_ab] * 2)  # (γ+1, V), (γ, V)
+VERIFIERS = ("token", "block")
+block_step = {rule: block_laws.step_law(ab_target, ab_draft, 2, rule) for rule in VERIFIERS}
+kept_ab = {rule: block_laws.expected_kept(law) for rule, law in block_step.items()}
+print(f"drafts kept per step: token-wise {kept_ab['token']}, block {kept_ab['block']}")
+
+draft_pairs = [(0, 0), (0, 1), (1, 0), (1, 1)]  # the four outcomes of the two guesses
+
+
+def kept_given(rule, x):
+    """[P(keep 0), P(keep 1), P(keep 2)] given the guesses x, exactly."""
+    law = (laws.block_law([p_ab] * 3, [q_ab] * 2, list(x)) if rule == "token"
+           else block_laws.block_rule_law([p_ab] * 3, [q_ab] * 2, x))
+    return [sum(pr for block, pr in law.items() if len(block) - 1 == m) for m in range(3)]
+
+
+per_pair = {(rule, x): kept_given(rule, x) for rule in VERIFIERS for x in draft_pairs}
+q_pair = {x: q_ab[x[0]] * q_ab[x[1]] for x in draft_pairs}
+show([["ab"[x[0]] + " " + "ab"[x[1]], q_pair[x], block_laws.block_weights([p_ab] * 3, [q_ab] * 2, x)[2],
+       *per_pair[("token", x)], *per_pair[("block", x)]] for x in draft_pairs],
+     ["guesses", "q(guesses)", "w_2", "token: keep 0", "keep 1", "keep 2", "block: keep 0", "keep 1", "keep 2"])
+
+# %%
+def plot_block_vs_token(pairs, per_pair, q_pair):
+    """Left: P(keep 0/1/2 | guesses) for each rule; right: q(guesses) · E[kept | guesses], which sums to E[kept]."""
+    fig = plots.new_figure(9.6, 3.4)
+    left, right = fig.subplots(1, 2)
+    x = np.arange(len(pairs))
+    labels = ["ab"[a] + " " + "ab"[b] for a, b in pairs]
+    colours = ["#d5d8dc", "#f5b041", "#58d68d"]
+    for k, (rule, hatch) in enumerate((("token", ""), ("block", "//"))):
+        bottom = np.zeros(len(pairs))
+        for m in range(3):
+            height = np.array([float(per_pair[(rule, g)][m]) for g in pairs])
+            left.bar(x + (k - 0.5) * 0.38, height, 0.36, bottom=bottom, color=colours[m], hatch=hatch,
+                     edgecolor="#555", lw=0.4, label=f"keeps {m}" if k == 0 else None)
+            bottom += height
+        contribution = [float(q_pair[g] * sum(m * v for m, v in enumerate(per_pair[(rule, g)]))) for g in pairs]
+        right.bar(x + (k - 0.5) * 0.38, contribution, 0.36, color="#5b8def" if rule == "token" else "#1e8449",
+                  hatch=hatch, edgecolor="#555", lw=0.4,
+                  label=f"{'token-wise' if rule == 'token' else 'block'}: total {sum(contribution):.3f}")
+    left.set_xticks(x, labels)
+    left.set_xlabel("the two guesses (left bar token-wise, hatched bar block)")
+    left.set_ylabel("P(keeps m guesses | guesses)")
+    left.legend(fontsize=7, loc="upper left")
+    right.set_xticks(x, labels)
+    right.set_xlabel("the two guesses")
+    right.set_ylabel("q(guesses) · E[kept | guesses]")
+    right.legend(fontsize=7)
+    fig.suptitle("p = (1/3, 2/3), q = (2/3, 1/3), γ = 2: judging the pair jointly keeps more", fontsize=9)
+    return fig
+
+
+plot_block_vs_token(draft_pairs, per_pair, q_pair)
+
+# %% [markdown]
+# Read the pair "a b". The draft over-proposed a (q = 2/3 against p = 1/3), so the
+# token-wise rule keeps a half the time and otherwise stops. But b follows, which the
+# target likes twice as much as the draft did: w_2 = 1/2 · 2 = 1, the debt is paid, and
+# the block rule keeps *both* guesses every time. It pays for this on "a a", where the
+# debt only grows (w_2 = 1/4): there it keeps both a quarter of the time and otherwise
+# none, never a alone (after a alone the block residual max(0, w_1 p − q) is empty).
+# Averaged over the guesses it keeps 11/9 per step where the token-wise rule keeps
+# 10/9; the paper proves it never keeps fewer, for any p and q.
+#
+# Is it still lossless? The two rules emit blocks with different laws, so compare what
+# matters: emit the block, then let the target write the rest. Lossless means the first
+# γ + 1 tokens then follow the target's own law, exactly (`completed_law` against
+# `target_law`). We check it on the paper's example and on the worked example above
+# (p_ex, q_ex at every position), and then run the library's `verify_block` and
+# `verify_chain` on the same sampled guesses.
+
+# %%
+lossless_block = {}
+for name, (tgt, drf) in {"the paper's example": (ab_target, ab_draft),
+                         "the worked example": (block_laws.table([p_ex] * 3), block_laws.table([q_ex] * 2))}.items():
+    for rule in VERIFIERS:
+        law = block_laws.step_law(tgt, drf, 2, rule)
+        lossless_block[(name, rule)] = block_laws.completed_law(law, tgt, 2) == block_laws.target_law(tgt, 2)
+    print(f"{name}: completed law == target law: token-wise {lossless_block[(name, 'token')]}, "
+          f"block {lossless_block[(name, 'block')]}")
+
+n_rows = N_DRAWS
+ab_p = torch.tensor([[1 / 3, 2 / 3]], dtype=torch.float64).expand(n_rows, 3, 2)  # (B, γ+1, V)
+ab_q = torch.tensor([[2 / 3, 1 / 3]], dtype=torch.float64).expand(n_rows, 2, 2)  # (B, γ, V)
+ab_x = torch.multinomial(ab_q.reshape(-1, 2), 1, generator=torch.Generator().manual_seed(SEED + 40)).view(n_rows, 2)
+kept_sampled = {}
+for rule, verifier in (("token", sb.verify.verify_chain), ("block", sb.verify_block.verify_block)):
+    _, n_emitted = verifier(ab_p, ab_q, ab_x, torch.Generator().manual_seed(SEED + 41))
+    kept_sampled[rule] = (n_emitted - 1).double()  # (B,) guesses kept per row
+    print(f"{verifier.__name__:13s} on {n_rows} rows: {kept_sampled[rule].mean():.3f} guesses kept per step "
+          f"(exact {float(kept_ab[rule]):.3f})")
+
+# %% [markdown]
+# **A draft with one-hot guesses gains nothing.** Prompt lookup proposes tokens with
+# certainty, q(x_i) = 1, so p/q ≤ 1 at every guess: the weight can only fall, w_i is
+# p_1(x_1) ⋯ p_i(x_i), which is exactly the token-wise chance of keeping the prefix, and
+# there is no over-supply for a later guess to pay back. Block verification pays off for
+# drafters that sample their guesses from a spread-out q, such as a draft model at
+# temperature 1.
+
+# %%
+one_hot_kept = {x: {rule: block_laws.expected_kept(block_laws.step_law(ab_target, None, 2, rule, drafts=x))
+                    for rule in VERIFIERS} for x in draft_pairs}
+print({"ab"[x[0]] + "ab"[x[1]]: f"{v['token']} vs {v['block']}" for x, v in one_hot_kept.items()})
+
+# %% [markdown]
 # ## Sampling confirms it
 #
 # Exact laws check the *mathematics*. Sampling checks the *code that runs*.
@@ -312,10 +462,19 @@ print(f"all three identities hold exactly on {len(checked)} random and edge-case
 # (the correct sampler and the three tempting rules) at once call for a correction: Holm's method keeps the chance of any false
 # alarm in the family at 1%. The power column is the probability that the test
 # catches a rule with that exact bias at this sample size, so a pass of a
-# biased rule could not be blamed on a small sample.
+# biased rule could not be blamed on a small sample. It is computed at 0.25%,
+# the level of Holm's first and strictest step (1% / 4), so it holds whichever
+# step a rule meets.
+#
+# In one line each (the primer, `02b_statistics_primer`, builds all three from
+# scratch): chi-square adds up the squared gaps between observed and expected
+# counts, each divided by the expected count; Holm sorts the four p-values and
+# compares the smallest with 1%/4, the next with 1%/3, and so on, stopping at the
+# first that is not small enough; power is the chance of catching a given bias.
 
 # %%
 results = {}
+N_TESTS = sum(name != rules.TARGET_ONLY for name in rules.RULES)  # the family: the sampler and three naive rules
 for i, (name, r) in enumerate(tqdm(rules.RULES.items(), desc="rules", disable=FAST)):
     if name == rules.TARGET_ONLY:
         continue  # at temperature 1 this bug is invisible; it gets its own section
@@ -323,7 +482,7 @@ for i, (name, r) in enumerate(tqdm(rules.RULES.items(), desc="rules", disable=FA
     counts = stats.counts_of(drawn, len(p))
     law = r.law(setup)
     results[name] = dict(counts=counts, law=law, gof=stats.chisquare_gof(counts, p.numpy()),
-                         power=stats.chisquare_power(p.numpy(), law.numpy(), N_DRAWS, alpha=LEVEL))
+                         power=stats.chisquare_power(p.numpy(), law.numpy(), N_DRAWS, alpha=LEVEL / N_TESTS))
 family = stats.run_family({k: v["gof"].pvalue for k, v in results.items()}, LEVEL)
 print(family)
 print()
@@ -520,8 +679,8 @@ assert all(0.5 * float((law - p).abs().sum()) > 0.01 for law in naive_laws.value
 assert all(r.law(p_ex, q_ex) != p_ex for r in NAIVE_RULES)
 assert torch.allclose(laws.emission_law(p, q), p.double(), atol=1e-12)
 # 3. Sampling: the real sampler is not rejected, every tempting rule is, and the test had the power to do so.
-assert len(results) == 4 and family.rejected == tuple(r.name for r in NAIVE_RULES), family
-assert all(results[r.name]["power"] > 0.99 for r in NAIVE_RULES)
+assert len(results) == N_TESTS == 4 and family.rejected == tuple(r.name for r in NAIVE_RULES), family
+assert all(results[r.name]["power"] > 0.99 for r in NAIVE_RULES)  # at Holm's strictest level, LEVEL / 4
 # 4. The sampling-parameter bug: invisible at temperature 1, biased and caught at 0.6, in one position and in a loop.
 assert bias_at_1 < 1e-12 and bug_tv > 0.05
 assert bug_gof.pvalue < 1e-6
@@ -533,4 +692,14 @@ assert not explorer.values()["rejected"][rules.CORRECT]
 # 6. The picture of the proof: green + orange is p, and the rejected mass equals the residual's mass.
 assert np.allclose(area_min + area_refill, p.numpy(), atol=1e-12)
 assert abs(area_rejected.sum() - (1 - area_min.sum())) < 1e-9
+# 7. Block verification: on the paper's example it keeps 11/9 guesses per step where the token-wise rule keeps
+#    10/9; both are lossless (the completed law is the target's) though their block laws differ; the library's
+#    verify_block and verify_chain agree with the exact figures; one-hot guesses gain nothing.
+assert kept_ab == {"token": F(10, 9), "block": F(11, 9)} and block_step["token"] != block_step["block"]
+assert all(lossless_block.values()) and len(lossless_block) == 4
+assert per_pair[("block", (0, 1))] == [0, 0, 1] and per_pair[("token", (0, 1))] == [F(1, 2), 0, F(1, 2)]
+for rule in VERIFIERS:
+    se = float(kept_sampled[rule].std()) / n_rows ** 0.5
+    assert abs(float(kept_sampled[rule].mean()) - float(kept_ab[rule])) < 4 * se, (rule, kept_sampled[rule].mean())
+assert all(v["token"] == v["block"] for v in one_hot_kept.values())
 print(f"all lesson-2 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")

@@ -167,7 +167,8 @@ class ProofExplorer(_Explorer):
 
     Every rule is sampled ``sample_size`` times at the same position of a toy pair and tested
     against the target p with a chi-square goodness-of-fit test on raw counts; the verdicts use
-    Holm's correction over the family at level ``level``.
+    Holm's correction over the family at level ``level``, and the power is computed at the level
+    of Holm's first and strictest step, ``level`` over the number of rules.
     """
 
     def __init__(self, match: float = 0.3, temperature: float = 0.6, sample_size: int = 5000,
@@ -222,6 +223,7 @@ class ProofExplorer(_Explorer):
         n = int(self.sample_size.value)
         p = setup.target_probs.numpy()
         results = {}
+        strictest = self.level / len(rules.RULES)  # Holm's first step: the power holds at every step
         for i, (name, r) in enumerate(rules.RULES.items()):
             g = torch.Generator().manual_seed(int(self.seed.value) * 1000 + i)
             law = r.law(setup)
@@ -229,7 +231,7 @@ class ProofExplorer(_Explorer):
             gof = stats.chisquare_gof(counts, p)
             results[name] = dict(law=law, counts=counts, pvalue=gof.pvalue, statistic=gof.statistic, dof=gof.dof,
                                  tv=0.5 * float((law - setup.target_probs).abs().sum()),
-                                 power=stats.chisquare_power(p, (law / law.sum()).numpy(), n, alpha=self.level))
+                                 power=stats.chisquare_power(p, (law / law.sum()).numpy(), n, alpha=strictest))
         rejected = dict(zip(results, stats.holm([r["pvalue"] for r in results.values()], self.level)))
         selected = self.rule.value
         sel = results[selected]
@@ -261,7 +263,8 @@ class ProofExplorer(_Explorer):
                 f'<td data-key="power">{r["power"]:.3f}</td>'
                 f'<td data-key="verdict">{verdict}</td></tr>')
         head = ("<tr><th>rule</th><th>exact bias (TV)</th><th>X²</th><th>dof</th><th>p-value</th>"
-                f"<th>power at n</th><th>verdict (Holm, {self.level:g})</th></tr>")
+                f"<th>power at n (level {self.level / len(rules.RULES):g})</th>"
+                f"<th>verdict (Holm, {self.level:g})</th></tr>")
         return (_CSS + f'<div>n = {n} draws per rule, target p at temperature {self.temperature.value:.2f}</div>'
                 f'<table class="specbook-chi2-table">{head}{"".join(rows)}</table>')
 
