@@ -384,6 +384,10 @@ def test_bench_smoke_json_schema(tmp_path, smollm2_fetched):
         assert r["dtype"] == "float32" and 0 < r["roofline_fraction"] and r["weight_streaming_limit_tokens_per_s"] > 0
         assert r["gamma"] == (None if r["drafter"] == "none" else data["draft_sizes"]["ngram"]["chosen"])
         assert r["outputs_identical_to_autoregressive"] is True, r  # greedy: lossless
+        assert r["verifier"] == (None if r["drafter"] == "none" else "token")
+        hist = r["accepted_length_histogram"]  # both engines' counters are known: specbook's, transformers' rebuilt
+        assert hist is not None and sum(hist) == r["drafting_steps"], r
+        assert sum(j * n for j, n in enumerate(hist)) == r["accepted_tokens"], r
     # the digest is of the generated ids, comma-separated: recompute one independently
     model, tokenizer = load_smollm2(dtype=torch.float32)  # float32: training and recorded figures
     prompt = [p for p in load_prompts() if p.category == "code_edit"][0]
