@@ -118,11 +118,13 @@ class World:
 
     @contextlib.contextmanager
     def main_first(self) -> Iterator[None]:
-        """Rank 0 runs the block first (it may write a cache), then the others (who read it)."""
-        if not self.main:
-            self.barrier()
-        yield
-        if self.main:
+        """Run the block on rank 0 first (it may generate and cache data), then on the first
+        process of every other node (which finds that cache on a shared file system, or writes its
+        node's own), then on the rest: never two writers of one cache at once."""
+        turn = 0 if self.main else 1 if self.local_rank == 0 else 2
+        for stage in range(3):
+            if stage == turn:
+                yield
             self.barrier()
 
 

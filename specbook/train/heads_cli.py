@@ -48,7 +48,7 @@ RUN_ARGUMENTS = {  # where and how a run goes; none of them changes the weights 
 def heads_parser(prog: str, description: str, arguments: list, *, shipped: str,
                  default_name: str) -> argparse.ArgumentParser:
     """The parser of a head trainer: ``arguments`` in order, each a name of :data:`SHARED_ARGUMENTS`
-    or a (name, keywords of ``add_argument``) pair, then --prompt-set, --threads and --out
+    or a (name, keywords of ``add_argument``) pair, then --prompt-set, --threads, :data:`RUN_ARGUMENTS` and --out
     (``shipped``: what the shipped files hold; ``default_name``: their name in the weights folder)."""
     ap = argparse.ArgumentParser(prog=prog, description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     for arg in arguments:
