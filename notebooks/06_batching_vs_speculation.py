@@ -160,8 +160,9 @@ display(table(["α", "verify step reaches the ridge at batch", "speedup there", 
 # margin shrinks with every row; the **crossover** is where it reaches zero.
 #
 # Real servers lose much earlier than the plain roofline says, for reasons it leaves out:
-# attention over the KV cache (its reads and its arithmetic grow with the context and
-# with every verified position, and the weights-only intensity ignores them); the draft's
+# attention over the KV cache (its reads grow with the context and the batch, its
+# arithmetic with every verified position too, and the weights-only intensity counts
+# neither); the draft's
 # own step, whose cost also grows with the batch (c is not a constant); rows that accept
 # different numbers of drafts, so a batch advances at a ragged pace and pads; and kernels
 # that reach a fraction of peak on the small, oddly shaped matrices of a verify step. The
