@@ -6,7 +6,7 @@ vocabulary, k stored top-k labels, U unrolled steps.
     python -m specbook.train.eagle                  # default run (data generation cached), writes
                                                     # specbook/weights/eagle_smollm2-135m.{safetensors,json}
     python -m specbook.train.eagle --help
-    torchrun --standalone --nproc_per_node 2 -m specbook.train.eagle ...   # data-parallel, same result
+    torchrun --standalone --nproc_per_node 2 -m specbook.train.eagle ...   # data-parallel, the same run
                                     # (:mod:`specbook.train.distributed`; --checkpoint, --resume)
 
 Pair t of a sequence is (z_t, x_{t+1}) at position t; the head predicts zhat_{t+1}.  Loss

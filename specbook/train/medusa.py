@@ -5,7 +5,7 @@ Shape legend: n training positions, K heads, D width, Vd draft vocabulary, S top
     python -m specbook.train.medusa                 # default run (data generation cached), writes
                                                     # specbook/weights/medusa_smollm2-135m.{safetensors,json}
     python -m specbook.train.medusa --help
-    torchrun --standalone --nproc_per_node 2 -m specbook.train.medusa ...   # data-parallel, same result
+    torchrun --standalone --nproc_per_node 2 -m specbook.train.medusa ...   # data-parallel, the same run
                                     # (:mod:`specbook.train.distributed`; --checkpoint, --resume)
 
 Loss (Medusa eq. 2): sum_k 0.8^k * CE(head k at position t, x_{t+k+1}) over the reply
