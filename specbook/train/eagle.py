@@ -182,7 +182,8 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     best, order, first, seconds = (-1.0, None), [], 0, 0.0
     epoch_steps = math.ceil(len(seqs) / batch_sequences)
     run = {"trainer": "eagle", "sequences": len(seqs), "steps": steps, "batch_sequences": batch_sequences, "lr": lr,
-           "seed": seed, "unroll_steps": unroll_steps, "noise": noise, "w_cls": w_cls}
+           "seed": seed, "unroll_steps": unroll_steps, "noise": noise, "w_cls": w_cls, "weight_decay": weight_decay,
+           "draft_vocab": len(vocab)}
     if checkpoints is not None and checkpoints.resume:
         first, loop = restore(checkpoints, head, opt, sched, gen, run)
         order, log, seconds, best = loop["order"], loop["log"], loop["seconds"], tuple(loop["best"])

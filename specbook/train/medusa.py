@@ -96,7 +96,7 @@ def train_medusa(fs: FeatureSet, model, seqs: list[int], *, num_heads: int = 4, 
     log = {"positions": n, "steps": steps, "loss": []}
     order = torch.randperm(n, generator=gen)
     run = {"trainer": "medusa", "positions": n, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
-           "num_heads": num_heads}
+           "num_heads": num_heads, "draft_vocab": len(vocab)}
     first, seconds = 0, 0.0
     if checkpoints is not None and checkpoints.resume:
         first, loop = restore(checkpoints, heads, opt, sched, gen, run)
