@@ -9,6 +9,8 @@
 * A run stopped after k steps and resumed from its checkpoint ends with the uninterrupted run's
   loss curve, validation record and weights, bit for bit; a checkpoint written by two processes
   resumes on one, within the same tolerance; a checkpoint of another run is refused.
+* The command line refuses --resume without --checkpoint, and leaves the checkpoint flags out of
+  the command it records.
 """
 from __future__ import annotations
 
@@ -115,3 +117,21 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path):
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         train_medusa(fs, model, fit, vocab=vocab, progress=False,
                      checkpoints=Checkpoints(tmp_path / "none.pt", resume=True), **MEDUSA)
+
+
+def test_shards_cover_the_global_batch_in_order():
+    for size in range(1, 6):
+        for n in range(0, 12):
+            parts = [World(rank=r, world_size=size).shard(list(range(n))) for r in range(size)]
+            assert sum(parts, []) == list(range(n)) and max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_command_line_checkpoint_flags(capsys):
+    from specbook.train import recorded_command
+    from specbook.train.eagle import main
+
+    with pytest.raises(SystemExit) as exit_:  # refused while parsing, before any model is read
+        main(["--resume"])
+    assert exit_.value.code == 2 and "need --checkpoint" in capsys.readouterr().err
+    argv = ["--epochs", "2", "--checkpoint", "/tmp/x.pt", "--checkpoint-every", "5", "--resume", "--out=o"]
+    assert recorded_command("specbook.train.eagle", argv) == "python -m specbook.train.eagle --epochs 2"
