@@ -52,6 +52,7 @@ class Plan:
     n_laws: Callable  # (case) -> int
     replay: Callable  # (call, fn_gen) -> list  (a few outputs, for the reproducibility advice)
     where: Callable  # (drafts, i) -> "draft_tokens=[...]": the inputs of call i, for messages
+    diagnose: Callable | None = None  # (case, Collected) -> the hint for its failed law checks, or None
 
 
 @dataclass
@@ -149,6 +150,7 @@ def _run(plan: Plan, fn: Callable, seed: int, alpha: float, limit: float, deadli
     family = sum(plan.n_laws(c) for c in plan.cases)
     start = time.perf_counter()
     checks: list[Check] = []
+    collected: dict[int, Collected] = {}  # case index -> its data, for the diagnosis of a failed case
     timings: dict[str, float] = {}
     calls = 0
     stopped = ""
@@ -167,6 +169,7 @@ def _run(plan: Plan, fn: Callable, seed: int, alpha: float, limit: float, deadli
                 data = (collect_case(plan, i, call, seed, deadline.left()) if runner is None
                         else _collect_in_worker(plan, runner, i, seed, deadline))
                 calls += data.calls
+                collected[i] = data
                 found = ([data.failure] if data.failure is not None
                          else plan.analyse(case, data, np.random.default_rng(case_seed(seed, i, 2))))
                 checks.extend(found)
@@ -180,7 +183,7 @@ def _run(plan: Plan, fn: Callable, seed: int, alpha: float, limit: float, deadli
                     stopped = "not run: the time budget is spent"
                 elif fail_fast and _already_failed(checks, alpha, family, require):
                     stopped = "not run (fail_fast): the check has already failed"
-            checks = _precision_hints(plan, judge_family(checks, alpha, family))
+            checks = _precision_hints(plan, _diagnoses(plan, judge_family(checks, alpha, family), collected))
             if not stopped and not any(c.failed for c in checks):
                 checks.append(_reproducibility(plan, call, runner, seed))
     finally:
@@ -208,6 +211,16 @@ def _already_failed(checks: list[Check], alpha: float, family: int, require: str
     judged = judge_family(checks, alpha, family)
     return any(c.failed and (require == "standard" or c.kind == "property" or c.scope == "lossless")
                for c in judged)
+
+
+def _diagnoses(plan: Plan, checks: list[Check], collected: dict[int, Collected]) -> list[Check]:
+    """The failed law checks of a case get the hint its data point to (:mod:`specbook.grading.diagnose`), if any."""
+    hints = {}
+    for i, data in collected.items():
+        name = plan.cases[i].name
+        if plan.diagnose and data.failure is None and any(c.failed and c.kind == "law" and c.case == name for c in checks):
+            hints[name] = plan.diagnose(plan.cases[i], data)
+    return [replace(c, hint=hints[c.case]) if c.failed and c.kind == "law" and hints.get(c.case) else c for c in checks]
 
 
 def _precision_hints(plan: Plan, checks: list[Check]) -> list[Check]:

@@ -155,15 +155,16 @@ class Report:
 
     @property
     def cost(self) -> tuple[Check, ...]:
-        """Measured acceptance against min(1, p/q)'s, per case (what a non-standard lossless sampler gives up)."""
+        """Measured acceptance against min(1, p/q)'s, per case (what a non-standard lossless sampler keeps)."""
         return tuple(c for c in self.checks if c.kind == "cost")
 
     def __str__(self) -> str:
         lines = [self.summary(), ""]
         lines += ["  " + c.line() for c in self.checks if c.kind != "cost"]
         if self.lossless and not self.standard:
-            lines += ["", "Lossless, but not the standard algorithm. What it costs (the modified rejection sampler "
-                          "accepts more, and min(1, p/q) is the most any lossless verifier of that q can accept):"]
+            lines += ["", "Lossless, but not the standard algorithm. What it keeps, against the modified rejection "
+                          "sampler (min(1, p/q) is the most a verifier that judges each draft on its own can keep; one "
+                          "that judges the whole block, as block verification does, can keep more):"]
             lines += [f"  * [{c.case}] {c.name}: {c.reason}" for c in self.cost]
         fails = self.failures
         if fails:

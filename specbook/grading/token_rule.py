@@ -30,6 +30,7 @@ import torch
 from ..laws import conditional_emission_law, residual_list
 from .calls import CallFailed, as_token
 from .cases import TokenCase, token_cases
+from .diagnose import token_hint
 from .engine import (DEFAULT_ALPHA, DEFAULT_CALL_TIMEOUT, DEFAULT_TIME_BUDGET, Collected, Plan, call_failure,
                      run_plan, too_slow)
 from .lawtests import acceptance_check, law_check
@@ -134,13 +135,22 @@ def _analyse(case: TokenCase, data: Collected, rng=None) -> list[Check]:
     return checks
 
 
+def _diagnose(case: TokenCase, data: Collected) -> str | None:
+    """The hint a failed case's data point to (:func:`specbook.grading.diagnose.token_hint`); sampled drafts only."""
+    if case.drafts != "sampled" or not case.statistical:
+        return None
+    p, q = case.target_probs.double().numpy(), case.draft_probs.double().numpy()
+    residual = np.asarray(residual_list(p.tolist(), q.tolist())) if np.clip(p - q, 0, None).sum() > 0 else None
+    return token_hint(p, q, np.asarray(data.drafts), data.outputs, residual)
+
+
 def _replay(call, fn_gen) -> list:
     case = token_cases()[0]
     drafts = [0, 1, 3, 5, 1, 3, 0, 5, 1, 3, 2, 1]
     return [as_token(call(case.target_probs.clone(), case.draft_probs.clone(), x, fn_gen)) for x in drafts]
 
 
-PLAN = Plan("token rule", token_cases(), _draws, _collect, _analyse, _n_laws, _replay, _where)
+PLAN = Plan("token rule", token_cases(), _draws, _collect, _analyse, _n_laws, _replay, _where, _diagnose)
 
 
 def check_token_rule(fn, *, seed: int = 0, alpha: float = DEFAULT_ALPHA, call_timeout: float = DEFAULT_CALL_TIMEOUT,

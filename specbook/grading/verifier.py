@@ -47,6 +47,7 @@ import torch
 from ..laws import accept_prob, block_law, residual_list
 from .calls import CallFailed, as_block
 from .cases import ChainCase, chain_cases
+from .diagnose import came_back, came_back_hint, chain_hint
 from .engine import (DEFAULT_ALPHA, DEFAULT_CALL_TIMEOUT, DEFAULT_TIME_BUDGET, Collected, Plan, call_failure,
                      run_plan, too_slow)
 from .lawtests import acceptance_check, law_check
@@ -138,6 +139,10 @@ def _property_failure(case: ChainCase, drafts, blocks, lengths) -> Check | None:
             i, j = (int(v) for v in bad[0])
             draft = drafts[i, j] if j < K1 - 1 else None
             msg = text.format(tok=blocks[i, j], j=j, V=V, draft=draft)
+            if j == lengths[i] - 1 and draft == blocks[i, j] and case.draft_tokens is None:  # a rejected draft came back
+                law = _exact(case)
+                hint = came_back_hint(p, drafts, blocks, lengths, law.accept, law.residuals,
+                                      max(came_back(drafts, blocks, lengths), len(np.unique(bad[:, 0]))))
             return Check("outputs well-formed", case.name, "property", FAIL,
                          reason=f"call {i + 1} (draft_tokens={drafts[i].tolist()}, returned "
                                 f"{blocks[i, :lengths[i]].tolist()}): {msg} ({len(np.unique(bad[:, 0]))} such calls)",
@@ -203,6 +208,16 @@ def _analyse(case: ChainCase, data: Collected, rng=None) -> list[Check]:
     return checks
 
 
+def _diagnose(case: ChainCase, data: Collected) -> str | None:
+    """The hint a failed case's data point to (:func:`specbook.grading.diagnose.chain_hint`); sampled drafts only."""
+    if case.draft_tokens is not None or not case.statistical:
+        return None
+    law = _exact(case)
+    blocks, lengths = data.outputs
+    return chain_hint(case.target_probs.double().numpy(), case.draft_probs.double().numpy(), data.drafts, blocks,
+                      lengths, law.accept, law.residuals)
+
+
 def _completed_checks(case: ChainCase, blocks: np.ndarray, lengths: np.ndarray, rng) -> list[Check]:
     """The lossless tests: complete each block with target draws, then compare with the product law."""
     p = case.target_probs.to(torch.float64).numpy()  # (K+1, V)
@@ -232,10 +247,13 @@ def _cost(case: ChainCase, law, m: np.ndarray) -> Check:
     beta = torch.minimum(p[:K], case.draft_probs.to(torch.float64)).sum(-1).tolist()  # (K,) sum_v min(p_j, q_j)
     seen = [float(np.mean(m[m >= j] > j)) if np.any(m >= j) else float("nan") for j in range(K)]
     expected_len = float((law.count * np.arange(1, K + 2)).sum())
+    z = (float(np.mean(m)) + 1 - expected_len) / max(float(np.std(m)) / np.sqrt(m.size), 1e-12)
+    verdict = "more than" if z > 3 else "fewer than" if z < -3 else "as many as"  # tokens per call, 3 standard errors
     return Check("acceptance per position", case.name, "cost", INFO, n=int(m.size),
                  reason="measured " + " / ".join(f"{a:.3f}" for a in seen) + " vs min(1, p/q)'s "
                         + " / ".join(f"{b:.3f}" for b in beta)
-                        + f"; tokens per call {float(np.mean(m + 1)):.3f} vs {expected_len:.3f}")
+                        + f"; tokens per call {float(np.mean(m + 1)):.3f} vs {expected_len:.3f} ({verdict} "
+                          "token-wise verification)")
 
 
 def _encode(blocks: np.ndarray, V: int) -> np.ndarray:
@@ -286,7 +304,7 @@ def _replay(call, fn_gen) -> list:
             for x in drafts]
 
 
-PLAN = Plan("verifier", chain_cases(), _draws, _collect, _analyse, _n_laws, _replay, _where)
+PLAN = Plan("verifier", chain_cases(), _draws, _collect, _analyse, _n_laws, _replay, _where, _diagnose)
 
 
 def check_verifier(fn, *, seed: int = 0, alpha: float = DEFAULT_ALPHA, call_timeout: float = DEFAULT_CALL_TIMEOUT,

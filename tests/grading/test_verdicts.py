@@ -54,7 +54,7 @@ def test_the_cost_line_shows_the_lower_acceptance():
 
 def test_standard_samplers_show_no_cost_section():
     report = check_verifier(CORRECT_VERIFIERS[1].fn, seed=2)
-    assert report.lossless and report.standard and "What it costs" not in str(report)
+    assert report.lossless and report.standard and "What it keeps" not in str(report)
 
 
 def test_require_is_validated():

@@ -2,7 +2,9 @@
 
 Three kinds: CORRECT_* (the modified rejection sampler: lossless and standard),
 LOSSLESS_* (lossless but not the standard algorithm: lossless=True, standard=False)
-and BROKEN_* (lossy: lossless=False, and so standard=False).
+and BROKEN_* (lossy: lossless=False, and so standard=False).  ENGINE_BUGS are lossy too:
+verifier bugs that shipped in serving engines, each with its public source, where it lived
+(the drafter or the verifier) and words its hint must carry.
 
 Shape legend: K draft length, V vocab.
 
@@ -14,9 +16,9 @@ with probability >= 0.99 (see ``python -m specbook.grading --detection-table``).
 They are written the way a student would write them, one position at a time.
 
 This module is the catalogue itself: six tables of :class:`Entry` (name, description, the
-function, the checks a bug must fail).  The code lives beside it: the token rules (one
-position) in ``token_rules.py``, the chain verifiers in ``verifiers.py``, the two draws both
-use in ``common.py``.
+function, the checks a bug must fail) and ``ENGINE_BUGS``, of :class:`EngineBug`.  The code
+lives beside it: the token rules (one position) in ``token_rules.py``, the chain verifiers in
+``verifiers.py``, the engines' bugs in ``engine_bugs.py``, the two draws all use in ``common.py``.
 """
 from __future__ import annotations
 
@@ -26,19 +28,22 @@ from typing import Callable
 from ... import _lazy_submodules
 from ...naive import accept_if_target_prefers, accept_p_then_p, resample_from_p
 from ...verify import verify_token
+from .engine_bugs import (cumulative_block_verifier, draft_token_only_residual_verifier, greedy_assistant_rule,
+                          processed_draft_raw_q_verifier, same_token_or_ratio_verifier, unsynced_ranks_verifier)
 from .token_rules import (bug_accept_p_residual, bug_always_accept, bug_epsilon_normaliser, bug_exclude_draft,
                           bug_global_seed, bug_greedy_residual, bug_ratio_swapped, bug_resample_q, bug_residual_abs,
                           bug_residual_swapped, bug_reuse_uniform, rule_draft_certain, rule_gumbel, rule_ignore_draft,
                           rule_inverse_cdf, rule_multinomial, rule_unnormalised)
 from .verifiers import (vbug_bonus_row, vbug_cumulative_ratio, vbug_global_seed, vbug_greedy_bonus,
                         vbug_naive_per_position, vbug_no_stop, vbug_off_by_one, vbug_padded, vbug_resample_p,
-                        vbug_residual_next_row, vbug_residual_q0, vbug_shared_uniform, verifier_draft_certain,
+                        vbug_residual_next_row, vbug_residual_q0, vbug_shared_uniform, verifier_block, verifier_draft_certain,
                         verifier_gumbel, verifier_loop, verifier_no_bonus, verifier_reference, verifier_upfront)
 
 __all__ = [
     "Entry",
     "CORRECT_TOKEN_RULES", "LOSSLESS_TOKEN_RULES", "BROKEN_TOKEN_RULES",
     "CORRECT_VERIFIERS", "LOSSLESS_VERIFIERS", "BROKEN_VERIFIERS",
+    "EngineBug", "ENGINE_BUGS",
 ]
 
 
@@ -150,6 +155,55 @@ LOSSLESS_VERIFIERS = (
           ('acceptance',)),
     Entry("no bonus token", "returns only the K drafts when all are accepted", verifier_no_bonus,
           ('number of accepted',)),
+    Entry("block verification (specbook.verify_block.verify_block)", "Sun et al. 2025: keeps the longest prefix "
+          "whose coin h_i came up, then the block residual; keeps more drafts than min(1, p/q) token by token",
+          verifier_block, ('number of accepted', 'acceptance')),
+)
+
+
+# =========================================================================== bugs that shipped in engines
+
+
+@dataclass(frozen=True)
+class EngineBug(Entry):
+    """A lossy :class:`Entry` that shipped in a serving engine.
+
+    source: the public report (and fix); lives_in: "drafter" or "verifier"; checker: "check_token_rule"
+    or "check_verifier"; hint: words the hint of its first failure must contain (what names the bug).
+    """
+
+    source: str = ""
+    lives_in: str = ""
+    checker: str = ""
+    hint: str = ""
+
+
+ENGINE_BUGS = (
+    EngineBug("greedy assistant, softmax as q", "the drafter proposes argmax(q) but q is its softmax",
+              greedy_assistant_rule, ('acceptance', 'emitted token ~ p'),
+              source="transformers #32867 (fix: PR #33534)", lives_in="drafter", checker="check_token_rule",
+              hint="does not depend on draft_token"),
+    EngineBug("processed drafts, raw q", "drafts sampled after temperature and top-k, q from the raw logits",
+              processed_draft_raw_q_verifier, ('first emitted token', 'acceptance'),
+              source="transformers #47932 (fix: PR #47961)", lives_in="drafter", checker="check_verifier",
+              hint="not draft_probs"),
+    EngineBug("same token or ratio", "keep x if the target's own sample is x, or u * q(x) < p(x)",
+              same_token_or_ratio_verifier, ('acceptance', 'number of accepted'),
+              source="rtp-llm PR #1295", lives_in="verifier", checker="check_verifier",
+              hint="counts a draft twice"),
+    EngineBug("residual at the draft only", "after a rejection, max(0, p - q(x) e_x): p without the draft",
+              draft_token_only_residual_verifier, ('corrected', 'first emitted token'),
+              source="xLLM PR #2175", lives_in="verifier", checker="check_verifier",
+              hint="at the drafted token only"),
+    EngineBug("block verify from token-wise tests", "running product of clamped ratios >= running product of "
+              "uniforms, longest such prefix, token-wise residual", cumulative_block_verifier,
+              ('number of accepted', 'acceptance'),
+              source="vllm-ascend #7807 (fix: PR #7808), PR #7839", lives_in="verifier", checker="check_verifier",
+              hint="depends on the drafts after it"),
+    EngineBug("ranks with their own uniforms", "one rank's count of accepted drafts, another rank's tokens",
+              unsynced_ranks_verifier, ('well-formed', 'corrected'),
+              source="vLLM #17498", lives_in="verifier", checker="check_verifier",
+              hint="two different random draws"),
 )
 
 __getattr__, __dir__ = _lazy_submodules(globals())  # every submodule resolves on first use
