@@ -7,7 +7,7 @@ wrote it and the machine it ran on (threads, niceness, load: timings depend on t
 tables:
 
 * ``python -m specbook.grading ... --json PATH`` (format ``specbook.grading/1``): the audit,
-  timings, calibration and detection tables, exactly as that run printed them (both go through
+  timings, calibration, detection and engine-bug tables, exactly as that run printed them (both go through
   :mod:`specbook.grading.tables`);
 * ``python scripts/power_report.py --json PATH`` (format ``specbook.power_report/1``): detection
   rate and analytic power of the statistical suite against each broken twin.
@@ -46,8 +46,9 @@ def load(path: str | Path) -> dict:
             missing = [k for k in POWER_ROW_FIELDS if not isinstance(row, dict) or k not in row]
             if missing:
                 raise ValueError(f"{path}: a power report row lacks {missing}: {str(row)[:100]}")
-    elif not any(k in report for k in ("audit", "timings", "calibration", "detection")):
-        raise ValueError(f"{path}: a grading report with no results (no audit, timings, calibration or detection)")
+    elif not any(k in report for k in ("audit", "timings", "calibration", "detection", "engine_bugs")):
+        raise ValueError(f"{path}: a grading report with no results (no audit, timings, calibration, detection or "
+                         "engine bugs)")
     return report
 
 

@@ -3,6 +3,7 @@
     python -m specbook.grading --detection-table   every lossy implementation in the catalogue, both verdicts
     python -m specbook.grading --calibration       null simulation; correct and lossless-only implementations
     python -m specbook.grading --timings           wall time of one full check of each correct implementation
+    python -m specbook.grading --engine-bugs       the engines' verifier bugs: how often each is caught, and its hint
     python -m specbook.grading audit               transformers' own _speculative_sampling, and its ensemble mode
 
 Any of them with ``--json PATH`` also writes the numbers behind the printed tables (layout:
@@ -31,7 +32,7 @@ from ..cliargs import writable_file
 from ..machine import load_average, machine_info
 from . import check_token_rule, check_verifier, tables
 from .audit import audit_results
-from .catalogue import (BROKEN_TOKEN_RULES, BROKEN_VERIFIERS, CORRECT_TOKEN_RULES, CORRECT_VERIFIERS,
+from .catalogue import (BROKEN_TOKEN_RULES, BROKEN_VERIFIERS, CORRECT_TOKEN_RULES, CORRECT_VERIFIERS, ENGINE_BUGS,
                         LOSSLESS_TOKEN_RULES, LOSSLESS_VERIFIERS)
 from .detection import null_simulation, run_entries
 from .token_rule import PLAN as TOKEN_PLAN
@@ -109,6 +110,21 @@ def calibration(seeds: int, null_reps: int, which: str = "both", names=()) -> li
     return blocks
 
 
+def engine_bugs(seeds: int, names=()) -> dict:
+    """Every chosen bug of ``catalogue.ENGINE_BUGS`` over ``seeds`` seeds (fail_fast, require="lossless"), both
+    verdicts, and the hint of each seed's first failure: at how many seeds it carries the words that name the bug."""
+    checkers = {"check_token_rule": check_token_rule, "check_verifier": check_verifier}
+    rows = []
+    for e in _only(ENGINE_BUGS, names):
+        (r,) = run_entries(checkers[e.checker], [e], range(seeds))
+        first_seed = min(r.first_hints, default=None)
+        rows.append({**_row(r), "source": e.source, "lives_in": e.lives_in, "checker": e.checker,
+                     "hint_words": e.hint, "hint_named": sum(e.hint in h for h in r.first_hints.values()),
+                     "hint_first_seed": "" if first_seed is None else r.first_hints[first_seed],
+                     "first_failures": {str(s): f for s, f in r.first_failures.items()}})
+    return {"seeds": seeds, "rows": rows}
+
+
 def _cpu_seconds() -> float:
     """CPU time of this process and of its finished children (the checker's worker processes)."""
     if resource is None:
@@ -149,11 +165,14 @@ def main(argv=None) -> None:
                          "but non-standard implementation over --seeds seeds, both verdicts")
     ap.add_argument("--timings", action="store_true", help="wall and CPU time of one full check of each correct "
                                                            "implementation (best of 3)")
+    ap.add_argument("--engine-bugs", action="store_true",
+                    help="run every engine bug of the catalogue (ENGINE_BUGS) over --seeds seeds (fail_fast) and "
+                         "print how often each is caught and the hint its first failure shows")
     ap.add_argument("--seeds", type=_non_negative, default=None,
                     help="seeds per implementation (default 100; 1 for audit; 0 with --calibration: the null "
                          "simulation alone)")
     ap.add_argument("--entry", action="append", default=[], metavar="NAME",
-                    help="with --calibration, --detection-table or --timings: only the implementations whose name "
+                    help="with --calibration, --detection-table, --timings or --engine-bugs: only the implementations whose name "
                          "contains NAME (repeatable), e.g. to run them in parallel processes")
     ap.add_argument("--full-seeds", type=_positive, default=3,
                     help="full (not fail_fast) runs per lossy implementation for the power calculation (default 3)")
@@ -166,10 +185,10 @@ def main(argv=None) -> None:
                          "raw numbers of every table printed (scripts/docs_tables.py renders the tables from it)")
     argv = sys.argv[1:] if argv is None else list(argv)
     args = ap.parse_args(argv)
-    if not (args.command or args.detection_table or args.calibration or args.timings):
-        ap.error("choose audit, or at least one of --detection-table, --calibration, --timings")
+    if not (args.command or args.detection_table or args.calibration or args.timings or args.engine_bugs):
+        ap.error("choose audit, or at least one of --detection-table, --calibration, --timings, --engine-bugs")
     seeds = args.seeds if args.seeds is not None else (1 if args.command == "audit" else 100)
-    if seeds == 0 and (args.command or args.detection_table):
+    if seeds == 0 and (args.command or args.detection_table or args.engine_bugs):
         ap.error("--seeds 0 only makes sense with --calibration (the null simulation alone)")
     t0 = time.perf_counter()
     command = f"python -m specbook.grading {shlex.join(argv)}"
@@ -177,7 +196,7 @@ def main(argv=None) -> None:
                "settings": {"seeds": seeds, "null_reps": args.null_reps, "full_seeds": args.full_seeds,
                             "checker": args.checker, "entries": args.entry, "audit": args.command == "audit",
                             "timings": args.timings, "calibration": args.calibration,
-                            "detection_table": args.detection_table}}
+                            "detection_table": args.detection_table, "engine_bugs": args.engine_bugs}}
     print(f"<!-- {command}; torch {torch.__version__}, "
           f"{platform.python_implementation()} {platform.python_version()}, {torch.get_num_threads()} threads -->")
     if args.command == "audit":
@@ -192,6 +211,9 @@ def main(argv=None) -> None:
     if args.detection_table:
         results["detection"] = detection(seeds, args.full_seeds, args.checker, args.entry)
         print(tables.detection_text(results["detection"]))
+    if args.engine_bugs:
+        results["engine_bugs"] = engine_bugs(seeds, args.entry)
+        print(tables.engine_bugs_text(results["engine_bugs"]))
     results["seconds"] = time.perf_counter() - t0
     print(f"\n<!-- total {results['seconds']:.0f} s -->")
     if args.json_path:

@@ -159,6 +159,7 @@ class Row:
     failed_lossless_seeds: list[int] = field(default_factory=list)  # the seeds counted in ``failed_lossless``
     first_failures: dict[int, str] = field(default_factory=dict)  # seed -> its first failing check ("case: name")
     lossless_margin: float = float("nan")  # as ``margin``, from the lossless tests and the properties alone
+    first_hints: dict[int, str] = field(default_factory=dict)  # seed -> the hint of its first failing check
 
 
 def lossless_only(report: Report) -> Report:
@@ -175,7 +176,7 @@ def run_entries(checker, entries, seeds: range, full_seeds: int = 0, fail_fast: 
     """
     rows = []
     for e in entries:
-        failed, lossy, secs, first = [], [], [], {}
+        failed, lossy, secs, first, hints = [], [], [], {}, {}
         for s in seeds:
             t0 = time.perf_counter()
             rep = checker(e.fn, seed=s, fail_fast=fail_fast, require="lossless")
@@ -186,13 +187,13 @@ def run_entries(checker, entries, seeds: range, full_seeds: int = 0, fail_fast: 
                 lossy.append(s)
             if rep.failures:
                 f = rep.failures[0]
-                first[s] = f"{f.case}: {f.name}"
+                first[s], hints[s] = f"{f.case}: {f.name}", f.hint
         print(f"  {e.name}: standard failed {len(failed)}/{len(seeds)}, lossless failed {len(lossy)}/{len(seeds)}, "
               f"{statistics.fmean(secs):.2f} s/check", file=sys.stderr, flush=True)
         caught = list(first.values())
         row = Row(e.name, e.description, len(failed), len(seeds), statistics.fmean(secs),
                   max(set(caught), key=caught.count) if caught else "", failed_lossless=len(lossy),
-                  failed_seeds=failed, failed_lossless_seeds=lossy, first_failures=first)
+                  failed_seeds=failed, failed_lossless_seeds=lossy, first_failures=first, first_hints=hints)
         if full_seeds:
             reps = [checker(e.fn, seed=10_000 + s) for s in range(full_seeds)]
             row.power = statistics.median(predicted_power(r) for r in reps)

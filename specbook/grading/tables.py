@@ -14,6 +14,9 @@ The sections, as ``__main__.measure`` builds them (every number raw, not rounded
 * ``calibration``: per checker ``{"checker", "null_simulation": {...} or None, "seeds",
   "rows": [{"name", "description", "kind", "seeds", "failed", "failed_lossless", "failed_seeds", ...}]}``
   (the same row fields as ``detection``, powers None)
+* ``engine_bugs``: ``{"seeds", "rows": [{...the detection row fields, "source", "lives_in", "checker",
+  "hint_words", "hint_named", "hint_first_seed", "first_failures"}]}``: the engines' bugs of
+  ``catalogue.ENGINE_BUGS``; ``hint_named`` counts the seeds whose first failure's hint holds ``hint_words``
 * ``detection``: per checker ``{"checker", "seeds", "full_seeds", "rows": [{"name",
   "description", "seeds", "failed", "failed_lossless", "failed_seeds", "failed_lossless_seeds", "power",
   "lossless_power", "margin", "lossless_margin", "caught_by", "seconds_per_check"}]}`` (a power or margin
@@ -78,6 +81,17 @@ def detection_text(blocks: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def engine_bugs_text(section: dict) -> str:
+    """The engines' bugs: where each came from and lived, how often it was caught, and the hint it got."""
+    rows = [[f"{r['name']} ({r['description']})", r["source"], r["lives_in"], f"{r['failed_lossless']}/{r['seeds']}",
+             r["caught_by"] or "-", r["hint_first_seed"] or "-", f"{r['hint_named']}/{r['seeds']}"]
+            for r in section["rows"]]
+    head = ["bug", "source", "where it lives", "caught (lossless=False)", "first failing check",
+            "hint shown (first seed)", "hint names it"]
+    return (f"\nEngine bugs: {len(rows)} samplers, {section['seeds']} seeds each (fail_fast, require='lossless')\n\n"
+            + markdown_table(head, rows))
+
+
 def timings_text(timings: dict) -> str:
     """Wall and CPU seconds of one full check per correct implementation (the best of the repeats)."""
     rows = [[r["checker"], r["implementation"], r["calls"], f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}",
@@ -110,4 +124,6 @@ def body(results: dict) -> str:
         parts.append(calibration_text(results["calibration"]))
     if results.get("detection") is not None:
         parts.append(detection_text(results["detection"]))
+    if results.get("engine_bugs") is not None:
+        parts.append(engine_bugs_text(results["engine_bugs"]))
     return "\n".join(p if i == 0 or p.startswith("\n") else "\n" + p for i, p in enumerate(parts))
