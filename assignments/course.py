@@ -26,7 +26,7 @@ import nbformat
 
 HERE = Path(__file__).resolve().parent
 ASSIGNMENTS = ("01_acceptance_rule", "02_chain_verifier", "03_tree_mask", "04_choose_gamma", "05_find_the_bug",
-               "06_tree_verifier")
+               "06_tree_verifier", "07_engine_bugs")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 _SOLUTION = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 
