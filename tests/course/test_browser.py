@@ -68,6 +68,13 @@ TEST_BUDGET_S = 300  # hard stop per test (see Watchdog); a passing test takes a
 pytestmark = pytest.mark.browser
 
 
+def teach_tests_on_path() -> None:
+    """tests/teach on sys.path, for the expected values its tests compute (also when this file runs alone)."""
+    teach_tests = str(Path(__file__).resolve().parents[1] / "teach")
+    if teach_tests not in sys.path:
+        sys.path.append(teach_tests)
+
+
 # --------------------------------------------------------------------------- fixtures
 
 @pytest.fixture(scope="module")
@@ -135,6 +142,7 @@ def expect_table(lesson, table, expected, inputs, step: str, timeout_s: float, s
 @functools.lru_cache(maxsize=None)
 def yield_table_from_theory(alpha: float, gamma: int, c: float, v: float) -> dict[str, str]:
     """What the yield table must show for these inputs, computed by specbook.theory."""
+    teach_tests_on_path()
     from test_widgets import yield_expected
 
     return yield_expected(alpha, gamma, c, v)
@@ -376,9 +384,7 @@ def test_watchdog_turns_a_hang_into_a_failure():
 def batching_table_from_roofline(batch: int, gamma: int, alpha: float, c: float, hardware: str,
                                  dtype: str) -> dict[str, str]:
     """What the batching table must show for these inputs (7B model), computed by specbook.roofline."""
-    teach_tests = str(Path(__file__).resolve().parents[1] / "teach")  # tests/teach, also when this file runs alone
-    if teach_tests not in sys.path:
-        sys.path.append(teach_tests)
+    teach_tests_on_path()
     from test_batching_widget import expected
 
     return expected(batch, gamma, alpha, c, hardware, dtype)
