@@ -110,8 +110,34 @@ def run(args) -> dict:
                                            for r in report["per_prompt"]]})
     machine = dict(reports[0]["machine"], load_average_end=reports[-1]["machine"].get("load_average_end"),
                    amx="amx_bf16" in cpu_flags(), avx512_bf16="avx512_bf16" in cpu_flags())
-    return {"command": "python scripts/block_verification.py " + " ".join(args.argv), "machine": machine,
-            "rows": rows(reports), "laws": laws(args.draws, 0), "runs": reports}
+    return {"command": command(args.argv), "machine": machine, "rows": rows(reports), "laws": laws(args.draws, 0),
+            "runs": reports}
+
+
+def command(argv: list[str]) -> str:
+    """The command line as the report records it: without ``--json PATH`` (where it was written)."""
+    kept = [a for i, a in enumerate(argv) if a != "--json" and (i == 0 or argv[i - 1] != "--json")]
+    return "python scripts/block_verification.py " + " ".join(kept)
+
+
+def pooled_tau_ratio(reports: list[dict], temperature: float, drafter: str, resamples: int = 2000,
+                     seed: int = 0) -> tuple[float, float, float]:
+    """Block tau / token tau with every (seed, prompt) pooled (emitted over passes, summed), and its 95%
+    bootstrap interval from resampling the (seed, prompt) pairs: the precision the run can claim."""
+    pairs = []
+    for r in reports:
+        if r["temperature"] != temperature:
+            continue
+        by = {(p["verifier"], p["id"]): p for p in r["per_prompt"] if p["drafter"] == drafter}
+        pairs += [(by[("token", i)], by[("block", i)]) for v, i in by if v == "token"]
+
+    def ratio(sample):
+        tau = [sum(pair[j]["emitted"] for pair in sample) / sum(pair[j]["passes"] for pair in sample) for j in (0, 1)]
+        return tau[1] / tau[0]
+
+    rng = random.Random(seed)
+    boot = sorted(ratio([rng.choice(pairs) for _ in pairs]) for _ in range(resamples))
+    return ratio(pairs), boot[int(0.025 * resamples)], boot[int(0.975 * resamples) - 1]
 
 
 def rows(reports: list[dict]) -> list[dict]:
@@ -151,9 +177,12 @@ def render(report: dict) -> str:
 
     measured = []
     for r in report["rows"]:
-        ratio = (f"{num(r['tau_ratio_median'], 3)} / {num(r['tokens_per_s_ratio_median'], 3)} "
-                 f"({num(r['tokens_per_s_ratio_range'][0])}-{num(r['tokens_per_s_ratio_range'][1])})"
-                 if r["verifier"] == "block" else "")
+        ratio = ""
+        if r["verifier"] == "block":
+            tau, lo, hi = pooled_tau_ratio(report["runs"], r["temperature"], r["drafter"])
+            ratio = (f"{num(r['tau_ratio_median'], 3)} / {tau:.3f} [{lo:.2f}, {hi:.2f}] / "
+                     f"{num(r['tokens_per_s_ratio_median'], 3)} ({num(r['tokens_per_s_ratio_range'][0])}-"
+                     f"{num(r['tokens_per_s_ratio_range'][1])})")
         measured.append([r["temperature"], r["drafter"], r["verifier"], num(r["tau"], 3),
                          num(r["mean_acceptance_length"], 3), num(r["draft_acceptance_rate"], 3),
                          num(r["tokens_per_s"], 1), ratio])
@@ -164,7 +193,8 @@ def render(report: dict) -> str:
         f"*Measured: medians over seeds. From `docs/data/{Path(report.get('path', 'block_verification.json')).name}`, "
         f"written by `{report['command']}`.*",
         markdown_table(["temperature", "drafter", "verifier", "tau", "mean acceptance length", "draft acceptance rate",
-                        "tokens/s", "block / token: tau / tokens/s (range of pairs)"],
+                        "tokens/s", "block / token: tau (median of seeds / pooled [95% interval]) / "
+                        "tokens/s (median of pairs (range))"],
                        measured, "rllrrrrl"),
         "*Exact: expected drafts kept per step on random (p, q) tables, float64.*",
         markdown_table(["draws", "n", "token-wise kept", "block kept", "block / token, mean", "range",
@@ -199,8 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         report["path"] = args.report
         print(render(report))
         return 0
-    report = {"command": "python scripts/block_verification.py " + " ".join(argv), "laws": laws(args.draws, 0)} \
-        if args.what == "laws" else run(args)
+    report = {"command": command(argv), "laws": laws(args.draws, 0)} if args.what == "laws" else run(args)
     text = json.dumps(report, indent=1) + "\n"
     if args.json_path:
         Path(args.json_path).write_text(text)
