@@ -155,7 +155,17 @@ class TreeDrafter:
         return Draft(torch.tensor([[3, 4]]), None if params.greedy else probs, torch.tensor([-1, -1]))
 
 
-def test_engine_says_what_verified_the_drafts():
+@pytest.fixture
+def one_thread():
+    """One torch thread (a tiny model gains nothing from two, and on a busy machine they wait for each
+    other at every op), restored afterwards: ``--threads`` sets it for the whole process."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_engine_says_what_verified_the_drafts(one_thread):
     sb = SpecbookEngine(tiny_llama(0), max_length=64)
     draft = DraftModelDrafter(LlamaTarget(tiny_llama(1), 64))
     sampled, gen = SamplingParams(temperature=1.0), torch.Generator().manual_seed(0)
@@ -183,7 +193,7 @@ def test_cli_refuses_a_verifier_that_would_compare_nothing(argv, message, capsys
     assert message in capsys.readouterr().err
 
 
-def test_cli_runs_both_verifiers_side_by_side_and_every_row_has_engine_metrics(tmp_path, monkeypatch):
+def test_cli_runs_both_verifiers_side_by_side_and_every_row_has_engine_metrics(tmp_path, monkeypatch, one_thread):
     import specbook.models.smollm2 as smollm2
 
     target_model, draft_model = tiny_llama(0), tiny_llama(1)
@@ -205,7 +215,7 @@ def test_cli_runs_both_verifiers_side_by_side_and_every_row_has_engine_metrics(t
     out = tmp_path / "run.json"
     argv = ["--categories", "code_edit,chat", "--limit", "1", "--drafters", "tiny-draft,ngram", "--engines", "specbook",
             "--temperature", "1", "--verifier", "token,block", "--max-new-tokens", "10", "--ignore-eos", "--gamma", "3",
-            "--curve-reps", "0", "--dtype", "float32", "--no-progress", "--json", str(out)]
+            "--curve-reps", "0", "--dtype", "float32", "--threads", "1", "--no-progress", "--json", str(out)]
     assert bench.main(argv) == 0
     report = json.loads(out.read_text())
     assert report["settings"]["verifier"] == ["token", "block"] and calls["token"] > 0 and calls["block"] > 0
