@@ -38,8 +38,8 @@ from scipy import stats as _sps
 from ..laws import conditional_emission_law
 from ..stats import chisquare_gof
 
-FIT = 0.01  # an alternative law fits when its test gives p above this
-SEPARATION = 30.0  # ... and the data could tell it from the correct law (expected chi-square distance)
+FIT = 1e-4  # an alternative law fits when its test gives p above this
+SEPARATION = 60.0  # ... and the data could tell it from the correct law (expected chi-square distance)
 ALARM = 1e-6  # dependence on the other drafts is declared below this p-value
 
 HINT_LOOKS_AHEAD = (
@@ -117,8 +117,9 @@ def _without(p_row: np.ndarray, token: int) -> np.ndarray:
 
 def _residual_fits(p_rows, residuals, stopped, alternative: bool) -> bool:
     """The tokens after rejections, ``stopped[j] = (rejected drafts, tokens)``, against the residual
-    (``alternative=False``) or against p_j without the rejected draft (when that law is separable)."""
-    stat, dof, separated = 0.0, 0, not alternative
+    (``alternative=False``) or against p_j without the rejected draft, when the data could tell that law
+    both from the residual and from p_j itself (summed over positions)."""
+    stat, dof, from_residual, from_p = 0.0, 0, 0.0, 0.0
     for j, (x, z) in enumerate(stopped):
         if residuals[j] is None or x.size == 0:
             continue
@@ -126,11 +127,13 @@ def _residual_fits(p_rows, residuals, stopped, alternative: bool) -> bool:
         law = residuals[j] * n
         if alternative:
             law = sum(np.count_nonzero(x == v) * _without(p_rows[j], v) for v in np.unique(x))  # (V,) expected
-            separated |= min(_distance(n, law / n, residuals[j]), _distance(n, law / n, p_rows[j])) >= SEPARATION
+            from_residual += _distance(n, law / n, residuals[j])
+            from_p += _distance(n, law / n, p_rows[j])
         res = chisquare_gof(np.bincount(z, minlength=V), law / law.sum(), min_expected=10.0)
         if res.impossible:
             return False
         stat, dof = stat + res.statistic, dof + res.dof
+    separated = not alternative or min(from_residual, from_p) >= SEPARATION
     return separated and (dof == 0 or float(_sps.chi2.sf(stat, dof)) > FIT)
 
 
