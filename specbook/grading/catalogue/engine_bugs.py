@@ -77,9 +77,10 @@ def processed_draft_raw_q_verifier(p, q, x, g):
 
     DFlash and MTP candidate generators drew each token from the logits after the logits
     processors (top-k, temperature) but returned the raw logits as ``candidate_logits``, which
-    ``_speculative_sampling`` uses as q.  On a kept token the raw q is smaller (top-k's share
-    1/Z and the temperature both move mass), so the ratio p/q is inflated; the residual
-    max(0, p - q) subtracts mass on tokens the drafter can never propose.  The checker's
+    ``_speculative_sampling`` uses as q.  On the likely tokens the raw q is smaller (top-k took
+    its share 1 - Z away, and a temperature below 1 sharpened the processed law), so their ratio
+    p/q is inflated, by up to 1/Z; on unlikely ones the temperature works the other way; and the
+    residual max(0, p - q) subtracts mass on tokens the drafter can never propose.  The checker's
     ``draft_probs`` is the processed law the drafts came from; this verifier re-derives the raw
     q from it (:func:`raw_from_processed`) and then runs the modified rejection sampler with it.
     """
@@ -167,7 +168,7 @@ def cumulative_block_verifier(p, q, x, g):
     for i in range(K):
         xi = int(x[i])
         running_u *= float(uniform(g, p))
-        q_x = float(q[i, xi])
+        q_x = float(q[i, xi])  # > 0: drafts come from q (a fixed draft of q = 0 is never legal)
         pi = min(pi * float(p[i, xi]) / q_x, 1.0) if q_x > 0 else 0.0
         if q_x > 0 and pi >= running_u:
             last = i
