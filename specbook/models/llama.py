@@ -238,8 +238,8 @@ class LlamaModel(nn.Module):
         last = x if logits_to_keep is None else x[:, N - logits_to_keep:]
         normed = self.norm(last)  # (B, N, D)
         logits = self.lm_head(normed)  # (B, N, V) in the weights' dtype
-        if logits.dtype != torch.float32 and logits.dtype != torch.float64:
-            logits = self._top_in_float32(normed, logits)  # (B, N, V) float32
+        if logits.dtype in (torch.bfloat16, torch.float16) and isinstance(self.lm_head, nn.Linear):
+            logits = self._top_in_float32(normed, logits)  # (B, N, V) float32; a draft's reduced head is left as is
         if return_hidden is False:
             return logits
         if return_hidden is True:
