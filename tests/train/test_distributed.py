@@ -30,14 +30,6 @@ HERE = Path(__file__).resolve().parent
 RTOL, ATOL = 1e-5, 1e-6  # two processes against one: float32 rounding of sums in another order
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def one_process():
     return run(World())

@@ -50,15 +50,6 @@ REPO = Path(__file__).resolve().parents[2]
 V_TINY, VD_TINY = 12, 9
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models run fastest on one thread (and a shared CPU does not thrash); restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny_model(seed: int = 0, vocab: int = V_TINY, std: float = 0.35) -> LlamaModel:
     cfg = LlamaConfig(vocab_size=vocab, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=64,
                       max_position_embeddings=256, rope_theta=500.0)
