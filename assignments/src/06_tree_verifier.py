@@ -26,6 +26,12 @@
 # the single-position proof of Leviathan et al. 2023 applied once per sibling).  With a chain
 # (one child per node) this is assignment 2's verifier.
 #
+# **The assumption.** The rule is exact only when each sibling's token is an independent draw
+# from the q row reported for it, or when the candidates are fixed in advance and passed as
+# one-hot (`draft_probs=None`).  Medusa's and EAGLE's trees take their heads' top-k: distinct
+# tokens that are not independent draws, so they must be verified as fixed candidates; reporting
+# the heads' q beside a top-k list biases the output (lesson 5 computes by how much).
+#
 # Conventions (the same as `specbook.verify_tree`):
 #
 # * `parents` (N,) long, in topological order, `-1` = child of the root; siblings are tried in node order;
