@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # this checkout's specbook, as the other scripts do
+from specbook.bench.results import label  # noqa: E402
 from specbook.markdown import markdown_table, read_json  # noqa: E402
 
 BASELINE = "none"  # plain decoding: the drafter every speedup is relative to
@@ -64,8 +65,9 @@ def _num(x, nd: int = 2, suffix: str = "") -> str:
 
 
 def _pairs(report: dict) -> list[tuple[str, str]]:
-    """(engine, drafter) in the report's order, plain decoding first within each engine."""
-    pairs = list(dict.fromkeys((r["engine"], r["drafter"]) for r in report["runs"] + report["overall"]))
+    """(engine, drafter) in the report's order, plain decoding first within each engine; a drafter verified
+    block-wise is a drafter of its own (``ngram [block]``, :func:`specbook.bench.results.label`)."""
+    pairs = list(dict.fromkeys((r["engine"], label(r)) for r in report["runs"] + report["overall"]))
     engines = list(dict.fromkeys(e for e, _ in pairs))
     return sorted(pairs, key=lambda p: (engines.index(p[0]), p[1] != BASELINE))
 
@@ -73,7 +75,7 @@ def _pairs(report: dict) -> list[tuple[str, str]]:
 def speedup_table(report: dict) -> str:
     """(a): speedup (tau) per engine and drafter (plain decoding left out: 1.0 by definition)."""
     categories = list(dict.fromkeys(r["category"] for r in report["runs"]))
-    cells = {(r["engine"], r["drafter"], r["category"]): r for r in report["runs"] + report["overall"]}
+    cells = {(r["engine"], label(r), r["category"]): r for r in report["runs"] + report["overall"]}
     rows = []
     for engine, drafter in _pairs(report):
         if drafter == BASELINE:
@@ -89,7 +91,7 @@ def speedup_table(report: dict) -> str:
 
 def throughput_table(report: dict) -> str:
     """(b): over all categories, tokens/s, roofline fraction, and tokens/s over transformers' plain."""
-    overall = {(r["engine"], r["drafter"]): r for r in report["overall"]}
+    overall = {(r["engine"], label(r)): r for r in report["overall"]}
     hf_plain = overall.get(("transformers", BASELINE))
     both = hf_plain is not None and len({e for e, _ in overall}) > 1
     head = ["engine / drafter", "tok/s", "roofline fraction", "tau"] + (["vs transformers plain"] if both else [])

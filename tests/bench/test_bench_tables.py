@@ -117,6 +117,18 @@ def test_one_engine_has_no_transformers_column(tmp_path, capsys):
     assert all(len(row) == 4 for row in md_tables(out)[1])
 
 
+def test_block_verification_rows_are_a_drafter_of_their_own(tmp_path, capsys):
+    """``--verifier token,block``: two rows per drafter, told apart by the verifier, neither overwriting the other."""
+    report = _report()
+    for key in ("runs", "overall"):
+        ours = [r for r in report[key] if (r["engine"], r["drafter"]) == ("specbook", "ngram")]
+        report[key] = [dict(r, verifier="token") if r in ours else r for r in report[key]]
+        report[key] += [dict(r, verifier="block", tau=r["tau"] + 0.5) for r in ours]
+    _, out = _run(tmp_path, capsys, report)
+    speedup = {row[0]: row for row in md_tables(out)[0]}
+    assert speedup["specbook / ngram"][-1] == "1.64x (1.51)" and speedup["specbook / ngram [block]"][-1] == "1.64x (2.01)"
+
+
 @pytest.mark.parametrize("content", [
     {"rows": []},                                           # some other JSON object
     [1, 2, 3],                                              # not an object
