@@ -29,7 +29,7 @@ import torch
 from .sampling import sample
 from .validate import check_block
 from .verify import emit, laws, residual
-from .verify_serving import _per_row_generators
+from .verify_serving import per_row_generators
 
 
 def prefix_weights(p: torch.Tensor, q: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -93,7 +93,7 @@ def verify_block(
     from generator[b] alone).  Returns (tokens (B, K+1): kept drafts, one residual or bonus token,
     then -1; num_emitted (B,) in 1..K+1)."""
     B = target_probs.shape[0] if isinstance(target_probs, torch.Tensor) and target_probs.ndim == 3 else 0
-    per_row = _per_row_generators(generator, B)
+    per_row = per_row_generators(generator, B)
     check_block(target_probs, draft_probs, draft_tokens)
     if per_row is None:
         return accept_block(target_probs, draft_probs, draft_tokens, generator)

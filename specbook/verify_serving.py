@@ -19,7 +19,7 @@ from .validate import INT_DTYPES, check_block, describe
 from .verify import accepts, emit, last_law, laws
 
 
-def _per_row_generators(generator, B: int) -> list | None:
+def per_row_generators(generator, B: int) -> list | None:
     """None for one shared generator (or None); else the list of B per-row generators, checked."""
     if generator is None or isinstance(generator, torch.Generator):
         return None
@@ -83,7 +83,7 @@ def verify_chain_serving(
         raise ValueError(f"target_probs must be a (B, K+1, V) float tensor, got {describe(target_probs)}")
     B, K1, V = target_probs.shape
     n = _num_drafts(num_drafts, B, K1 - 1)
-    per_row = _per_row_generators(generator, B)
+    per_row = per_row_generators(generator, B)
     if num_drafts is not None:
         target_probs, draft_probs, draft_tokens = _fill_padding(target_probs, draft_probs, draft_tokens, n)
     check_block(target_probs, draft_probs, draft_tokens)
