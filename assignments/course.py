@@ -25,8 +25,8 @@ from pathlib import Path
 import nbformat
 
 HERE = Path(__file__).resolve().parent
-ASSIGNMENTS = ("01_acceptance_rule", "02_chain_verifier", "03_tree_mask", "04_choose_gamma", "05_find_the_bug",
-               "06_tree_verifier", "07_engine_bugs")
+# Every src/NN_name.py is an assignment, in the order of its number.
+ASSIGNMENTS = tuple(sorted(p.stem for p in (HERE / "src").glob("[0-9][0-9]_*.py")))
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 _SOLUTION = re.compile(r"^[ \t]*### (BEGIN|END) SOLUTION[ \t]*\n?", re.MULTILINE)
 

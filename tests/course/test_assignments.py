@@ -95,136 +95,21 @@ def test_reference_solution_gets_full_marks(course_dir, name):
         assert "PASSED" in str(check.outputs)
 
 
-RESAMPLE_FROM_P = '''def accept_token(target_probs, draft_probs, draft_token, generator=None):
-    u = torch.rand((), generator=generator, dtype=target_probs.dtype)
-    if u * draft_probs[draft_token] < target_probs[draft_token]:
-        return draft_token
-    return int(torch.multinomial(target_probs, 1, generator=generator))
-'''
-
-GREEDY_BONUS = '''def verify_row(target_probs, draft_probs, draft_tokens, generator=None):
-    out = []
-    for j, x in enumerate(draft_tokens.tolist()):
-        if torch.rand((), generator=generator) * draft_probs[j, x] < target_probs[j, x]:
-            out.append(x)
-            continue
-        out.append(int(torch.multinomial(residual(target_probs[j], draft_probs[j]), 1, generator=generator)))
-        return torch.tensor(out)
-    out.append(int(target_probs[-1].argmax()))
-    return torch.tensor(out)
-'''
-
-NO_VALIDATION = '''def tree_mask(parents):
-    N = len(parents)
-    mask = torch.eye(N, dtype=torch.bool)
-    for i, par in enumerate(parents.tolist()):
-        if par >= 0:
-            mask[i] |= mask[par]
-    return mask
-'''
-
-ALPHA_PER_PROPOSED = '''def estimate_alpha(histogram, gamma):
-    accepted = sum(k * n for k, n in enumerate(histogram))
-    return accepted / (gamma * sum(histogram))
-'''
-
-VERIFY_COST_OFF_BY_ONE = '''def predicted_speedup(alpha, gamma, c, verify_cost):
-    if gamma == 0:
-        return 1.0
-    return expected_tokens(alpha, gamma) / (gamma * c + verify_cost[gamma])
-'''
-
-PAPER_SPEEDUP_REPORTED = '''ALPHA = estimate_alpha(ACCEPTED_HISTOGRAM, RUN_GAMMA)
-C = DRAFT_STEP_MS / TARGET_STEP_MS
-on_curve = {g: predicted_speedup(ALPHA, g, C, VERIFY_COST) for g in range(1, 6)}
-with_v1 = {g: predicted_speedup(ALPHA, g, C, {n: 1.0 for n in range(1, 7)}) for g in range(1, 6)}
-BEST_GAMMA = max(on_curve, key=on_curve.get)
-BEST_SPEEDUP = on_curve[BEST_GAMMA]
-PAPER_GAMMA = max(with_v1, key=with_v1.get)
-PAPER_GAMMA_SPEEDUP = with_v1[PAPER_GAMMA]
-'''
-
-UNFIXED = '''def speculative_token(target_logits, draft_logits, draft_token, temperature, generator=None):
-    return given_speculative_token(target_logits, draft_logits, draft_token, temperature, generator)
-'''
-
-TEMPERATURE_DROPPED = '''def speculative_token(target_logits, draft_logits, draft_token, temperature, generator=None):
-    return given_speculative_token(target_logits, draft_logits, draft_token, 1.0, generator)
-'''
-
-WRONG_DIAGNOSIS = '''EXACT_AT_TEMPERATURE = 0.0
-BUGGY_Q = sampling_probs(example_draft_logits, example_temperature)
-'''
-
-SIBLINGS_WITHOUT_RESIDUAL = '''def verify_tree_row(target_probs, draft_probs, draft_tokens, parents, generator=None):
-    V = target_probs.shape[-1]
-    out, node, p = [], -1, target_probs[0]
-    while True:
-        for child in children_of(parents, node):
-            x = int(draft_tokens[child])
-            q = torch.nn.functional.one_hot(torch.tensor(x), V).to(p.dtype) if draft_probs is None else draft_probs[child]
-            if torch.rand((), generator=generator, dtype=p.dtype) * q[x] < p[x]:
-                out.append(x)
-                node, p = child, target_probs[child + 1]
-                break
-        else:
-            out.append(int(torch.multinomial(p, 1, generator=generator)))
-            return torch.tensor(out)
-'''
-
-PARENT_ROW = SIBLINGS_WITHOUT_RESIDUAL.replace("target_probs[child + 1]", "target_probs[child]").replace(
-    "                break", "                break\n            p = residual(p, q)")
-
-ENGINE_A_UNFIXED = '''def fixed_engine_a(target_probs, draft_probs, draft_tokens, generator=None):
-    return engine_a_verify(target_probs, draft_probs, draft_tokens, generator)
-'''
-
-ENGINE_A_BY_THE_LIBRARY = '''from specbook.verify import verify_chain
+SUBMISSIONS = ROOT / "tests" / "course" / "submissions"
 
 
-def fixed_engine_a(target_probs, draft_probs, draft_tokens, generator=None):
-    tokens, n = verify_chain(target_probs[None], draft_probs[None], draft_tokens[None], generator)
-    return tokens[0, : n[0]]
-'''
+def _broken(name: str) -> dict:
+    """``BROKEN`` of tests/course/submissions/<name>.py (label -> (answers, lost cells, feedback words))."""
+    spec = importlib.util.spec_from_file_location(f"submissions_{name}", SUBMISSIONS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.BROKEN
 
-ENGINE_PARTS_SWAPPED = '''WRONG_PART_A = "the token after a rejection"
-WRONG_PART_B = "the acceptance test"
-KEEP_A = 0.5
-FIRST_TOKEN_1_A = 0.3
-AFTER_REJECTION_B = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
-'''
 
 # (assignment, label) -> (answers, cells that must lose all their points, words the feedback must show);
 # every other cell must keep full marks.
-BUGGY = {
-    ("01_acceptance_rule", "resample from p"): ({"accept_token": RESAMPLE_FROM_P}, ("rule_law",),
-                                                ["What went wrong", "residual after a rejection", "Hint"]),
-    ("02_chain_verifier", "greedy bonus"): ({"verify_row": GREEDY_BONUS}, ("verify_law",),
-                                            ["What went wrong", "bonus token", "last row"]),
-    ("03_tree_mask", "no validation"): ({"tree_mask": NO_VALIDATION}, ("mask_tests",), ["should raise ValueError"]),
-    ("04_choose_gamma", "alpha per proposed"): ({"estimate_alpha": ALPHA_PER_PROPOSED}, ("alpha_tests", "answers_tests"),
-                                                ["verified one draft more than it accepted"]),
-    ("04_choose_gamma", "v(gamma)"): ({"predicted_speedup": VERIFY_COST_OFF_BY_ONE}, ("speedup_tests", "answers_tests"),
-                                      ["plus one pass over gamma + 1 positions"]),
-    ("04_choose_gamma", "paper speedup"): ({"answers": PAPER_SPEEDUP_REPORTED}, ("answers_tests",),
-                                           ["cannot lose to another choice"]),
-    ("05_find_the_bug", "unfixed"): ({"speculative_token": UNFIXED}, ("fix_properties", "fix_law"),
-                                     ["same logits on both sides"]),
-    ("05_find_the_bug", "temperature dropped"): ({"speculative_token": TEMPERATURE_DROPPED}, ("fix_law",),
-                                                 ["What went wrong", "Hint"]),
-    ("05_find_the_bug", "wrong diagnosis"): ({"diagnosis": WRONG_DIAGNOSIS}, ("diagnosis_tests",),
-                                             ["EXACT_AT_TEMPERATURE = 0.0"]),
-    ("06_tree_verifier", "siblings without residual"): ({"verify_tree_row": SIBLINGS_WITHOUT_RESIDUAL},
-                                                        ("chain_law", "tree_law"), ["What went wrong", "residual"]),
-    ("06_tree_verifier", "parent's row"): ({"verify_tree_row": PARENT_ROW}, ("verify_properties", "chain_law", "tree_law"),
-                                           ["What went wrong", "row (node + 1)"]),
-    ("07_engine_bugs", "unfixed"): ({"fixed_engine_a": ENGINE_A_UNFIXED}, ("fix_law",),
-                                    ["What went wrong", "counts a draft twice"]),
-    ("07_engine_bugs", "by the library"): ({"fixed_engine_a": ENGINE_A_BY_THE_LIBRARY}, ("fix_law",),
-                                           ["write the rule yourself"]),
-    ("07_engine_bugs", "parts swapped"): ({"diagnosis": ENGINE_PARTS_SWAPPED}, ("diagnosis_a_tests", "diagnosis_b_tests"),
-                                          ["compare how often engine A keeps a draft", "engine B keeps drafts exactly"]),
-}
+BUGGY = {(name, label): case for name in course.ASSIGNMENTS if (SUBMISSIONS / f"{name}.py").exists()
+         for label, case in _broken(name).items()}
 
 
 def test_every_assignment_has_a_broken_submission():

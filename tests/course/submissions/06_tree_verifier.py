@@ -1,0 +1,26 @@
+"""Broken submissions to 06_tree_verifier: each must lose the points of the named cells, and only those."""
+
+SIBLINGS_WITHOUT_RESIDUAL = '''def verify_tree_row(target_probs, draft_probs, draft_tokens, parents, generator=None):
+    V = target_probs.shape[-1]
+    out, node, p = [], -1, target_probs[0]
+    while True:
+        for child in children_of(parents, node):
+            x = int(draft_tokens[child])
+            q = torch.nn.functional.one_hot(torch.tensor(x), V).to(p.dtype) if draft_probs is None else draft_probs[child]
+            if torch.rand((), generator=generator, dtype=p.dtype) * q[x] < p[x]:
+                out.append(x)
+                node, p = child, target_probs[child + 1]
+                break
+        else:
+            out.append(int(torch.multinomial(p, 1, generator=generator)))
+            return torch.tensor(out)
+'''
+
+PARENT_ROW = SIBLINGS_WITHOUT_RESIDUAL.replace("target_probs[child + 1]", "target_probs[child]").replace(
+    "                break", "                break\n            p = residual(p, q)")
+
+# label -> (answers: grade_id -> code, cells that must lose all their points, words the feedback must show)
+BROKEN = {
+    'siblings without residual': ({"verify_tree_row": SIBLINGS_WITHOUT_RESIDUAL}, ("chain_law", "tree_law"), ["What went wrong", "residual"]),
+    "parent's row": ({"verify_tree_row": PARENT_ROW}, ("verify_properties", "chain_law", "tree_law"), ["What went wrong", "row (node + 1)"]),
+}
