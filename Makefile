@@ -17,7 +17,7 @@ CONSTRAINTS := constraints.txt
 LAB_STAMP := $(VENV)/.specbook-lab
 ALL_STAMP := $(VENV)/.specbook-all
 
-.PHONY: lab test site tour install install-lab model browser figures
+.PHONY: lab test site tour install install-lab model browser figures student
 
 $(BIN)/python:
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -63,3 +63,8 @@ site: install-lab model
 
 figures: install-lab
 	$(BIN)/python scripts/make_figures.py
+
+# The student edition: the lessons with every answer stubbed and its solution text removed, and
+# nbgrader's student release of every assignment (nbgrader comes with the full install).
+student: install
+	$(BIN)/python -m specbook student-edition --out build/student

@@ -29,6 +29,8 @@ COMMANDS = {
     "gpu-check": ("specbook.bench.gpu_check", "cross-checks and the core benchmark figures on a CUDA machine"),
     "grading": ("specbook.grading.__main__", "the grading checker's detection table, calibration and timings"),
     "train": (None, "train a drafter: distill, medusa, eagle, or write a prompt set (features)"),
+    "student-edition": ("specbook.teach.edition", "write the lessons with their answers stubbed out, and the "
+                                                  "assignments' student release, into one folder"),
 }
 TRAINERS = {
     "distill": ("specbook.train.distill", "distil a small draft model from SmolLM2"),
