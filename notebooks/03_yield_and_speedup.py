@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -55,7 +57,7 @@ from specbook import stats, theory
 from specbook.decode import speculative_generate
 from specbook.drafters import AdaptiveGamma, DraftModelDrafter, GammaPolicy
 from specbook.sampling import SamplingParams
-from specbook.teach import acceptance, plots
+from specbook.teach import acceptance, exercises, plots
 from specbook.teach.trace import trace_speculative
 from specbook.teach.widgets import YieldExplorer
 from specbook.toy import make_toy_pair
@@ -430,12 +432,14 @@ fig
 #
 # ## Exercises
 #
-# Try each one before opening its solution; the solution cells run with the
-# lesson and check the answers.
+# Each exercise has an answer cell and a check cell. Write your answer in place of the
+# `...` (the cell says where), run it, then run the check below it: it says whether the
+# answer is right and, if not, what to look at again. A "predict, then run" exercise asks
+# for your prediction as a number; the cell after the check runs the experiment.
 #
 # **Exercise 1 (predict, then run).** A draft with α = 0.6 costs c = 0.1 per
 # step. Does γ = 4 pay, and by how much? Work out E[tokens] and the round's
-# cost by hand, then check with `theory.speedup`.
+# cost by hand, and give the speedup as `speedup_by_hand`.
 #
 # <details><summary>Solution</summary>
 #
@@ -445,15 +449,22 @@ fig
 # </details>
 
 # %% tags=["solution"]
-e_hand = 1 + 0.6 + 0.6**2 + 0.6**3 + 0.6**4
-print(f"E = {e_hand:.4f}; speedup {e_hand / 1.4:.3f} (library: {theory.speedup(0.6, 4, 0.1):.3f})")
-assert abs(theory.speedup(0.6, 4, 0.1) - e_hand / 1.4) < 1e-12 and round(e_hand / 1.4, 2) == 1.65
+### BEGIN SOLUTION
+speedup_by_hand = (1 + 0.6 + 0.6**2 + 0.6**3 + 0.6**4) / (4 * 0.1 + 1)
+### END SOLUTION
+
+# %%
+exercises.check("03.1", speedup_by_hand)
+
+# %%
+print(f"the library: theory.speedup(0.6, 4, 0.1) = {theory.speedup(0.6, 4, 0.1):.4f}, "
+      f"with E[tokens] = {theory.expected_tokens(0.6, 4):.4f}")
 
 # %% [markdown]
 # **Exercise 2 (code).** Write the break-even draft cost c*(α) = (E(α, γ) − 1)/γ
-# yourself, check it against `theory.break_even_cost` at γ = 4, and show that the
-# curve is not a line: compare its value at α = 0.5 with the straight chord from
-# α = 0 to α = 1.
+# yourself, as `break_even_c(alpha, gamma)`, without calling `sb.theory`; the check compares it with
+# `theory.break_even_cost` for several α and γ. Then look at the cell after the check: at
+# γ = 4 the curve at α = 0.5 lies far below the straight chord from α = 0 to α = 1.
 #
 # <details><summary>Solution</summary>
 #
@@ -465,20 +476,26 @@ assert abs(theory.speedup(0.6, 4, 0.1) - e_hand / 1.4) < 1e-12 and round(e_hand 
 
 # %% tags=["solution"]
 def break_even_c(alpha, gamma):
+    """The largest draft cost at which γ guesses with acceptance α still break even."""
+    ### BEGIN SOLUTION
     return sum(alpha**k for k in range(1, gamma + 1)) / gamma
+    ### END SOLUTION
 
 
-for a in (0.1, 0.5, 0.9):
-    assert abs(break_even_c(a, GAMMA) - float(theory.break_even_cost(a, GAMMA))) < 1e-12
-chord = break_even_c(0.0, GAMMA) + 0.5 * (break_even_c(1.0, GAMMA) - break_even_c(0.0, GAMMA))
-print(f"γ = 4, α = 0.5: curve c* = {break_even_c(0.5, GAMMA):.4f}, chord {chord:.4f}")
-assert break_even_c(0.5, GAMMA) == 0.234375 and chord == 0.5
+# %%
+exercises.check("03.2", break_even_c)
+
+# %%
+curve_mid = float(theory.break_even_cost(0.5, GAMMA))
+chord_mid = float(theory.break_even_cost(0.0, GAMMA)) + 0.5 * float(theory.break_even_cost(1.0, GAMMA))
+print(f"γ = {GAMMA}, α = 0.5: curve c* = {curve_mid:.4f}, chord {chord_mid:.4f}")
 
 # %% [markdown]
-# **Exercise 3 (predict, then run).** Before looking at the adaptive table: on
-# the α = 0.4 pair with c = 0.2, which γ should the adaptive drafter settle on?
-# Compute it with `theory.optimal_gamma`, then compare with the most frequent γ
-# in `adaptive_runs[0.4]["history"]`.
+# **Exercise 3 (predict, then run).** On the α = 0.4 pair with c = 0.2, which γ
+# should the adaptive drafter settle on? Predict it from the formula (by hand, or with
+# `theory.speedup` for a few γ) as `gamma_at_low_alpha`; the cell after the check
+# compares `theory.optimal_gamma` with the most frequent γ in
+# `adaptive_runs[0.4]["history"]`.
 #
 # <details><summary>Solution</summary>
 #
@@ -490,11 +507,62 @@ assert break_even_c(0.5, GAMMA) == 0.234375 and chord == 0.5
 # </details>
 
 # %% tags=["solution"]
+### BEGIN SOLUTION
+gamma_at_low_alpha = 1
+### END SOLUTION
+
+# %%
+exercises.check("03.3", gamma_at_low_alpha)
+
+# %%
 best_low = theory.optimal_gamma(0.4, C_ADAPT)[0]
 history_low = adaptive_runs[0.4]["history"]
 most_common = max(set(history_low), key=history_low.count)
 print(f"best γ at α = 0.4, c = {C_ADAPT}: {best_low}; the adaptive drafter's most frequent γ: {most_common}")
-assert best_low == 1 and most_common == best_low
+
+# %% [markdown]
+# ## Concept check
+#
+# Five short questions on the whole lesson. Give numbers as numbers and a choice as
+# its letter in quotes (`"b"`), then run the check cell.
+#
+# 1. What is the limit of E[tokens] as γ grows without bound, at α = 0.8? (`c1`, a number)
+# 2. At γ = 4 and α = 0.7, which change raises E[tokens] more? (`c2`)
+#    (a) a better draft, α = 0.8, at γ = 4; (b) a longer draft, γ = 8, at α = 0.7.
+# 3. Why does the k-th guess add α^k, not α, to E[tokens]? (`c3`)
+#    (a) a guess at depth k is accepted with probability α^k when it is checked;
+#    (b) it counts only if it and the k − 1 guesses before it all survive, each with probability α;
+#    (c) guesses deeper in the draft come from a worse draft model.
+# 4. With γ = 4 and a draft cost c = 0.05, below which acceptance rate α does speculation
+#    lose? (`c4`, a number to two decimals)
+# 5. A drafter has a modelled speedup of 0.75×. What about the text it produces? (`c5`)
+#    (a) it follows the target's law exactly, decoding is only slower; (b) it is biased
+#    towards the draft model; (c) it is exact only when α is larger than c.
+#
+# <details><summary>Answers</summary>
+#
+# 1. 1/(1 − α) = 5. 2. (a): 3.36 tokens against 3.20. 3. (b): the guesses survive one
+# after another, and a guess after a rejection is never checked. 4. About 0.17, where
+# (α + α² + α³ + α⁴)/4 = 0.05 (the chord would say 0.05). 5. (a): the rule is lossless for
+# any draft; only a measurement of α or of time shows the loss.
+#
+# </details>
+
+# %% tags=["solution"]
+### BEGIN SOLUTION
+c1 = 5
+c2 = "a"
+c3 = "b"
+c4 = 0.17
+c5 = "a"
+### END SOLUTION
+
+# %%
+exercises.check("03.c1", c1)
+exercises.check("03.c2", c2)
+exercises.check("03.c3", c3)
+exercises.check("03.c4", c4)
+exercises.check("03.c5", c5)
 
 # %% [markdown]
 # ## Checks
@@ -532,4 +600,13 @@ assert round(gamma1_good, 2) == 1.58 and best_good[0] == 7 and round(best_good[1
 assert abs(gamma1_good / best_good[1] - 2 / 3) < 0.01
 assert all(a > b for a, b in zip(sweep["constant pair"], sweep["constant pair"][1:]))
 assert all(lo - 0.02 < a < hi + 0.02 for a, (lo, hi) in zip(sweep["constant pair"], bands))
+# 8. The break-even curve at α = 0.5 lies below its chord; the adaptive drafter settled on the best γ at α = 0.4.
+assert abs(curve_mid - 0.234375) < 1e-12 and chord_mid == 0.5
+assert best_low == 1 and most_common == best_low
+# 9. Your exercises and concept check, as graded above.
+graded = exercises.results("03")
+print(f"exercises and concept check: {sum(r.passed for r in graded)} of {len(graded)} right")
+### BEGIN SOLUTION
+assert len(graded) == 8 and all(r.passed for r in graded), [str(r) for r in graded]
+### END SOLUTION
 print(f"all lesson-3 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")
