@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -59,7 +61,7 @@ from specbook import roofline, stats
 from specbook.decode import generate, speculative_generate
 from specbook.drafters import DraftModelDrafter
 from specbook.sampling import SamplingParams, logits_to_probs
-from specbook.teach import plots
+from specbook.teach import exercises, plots
 from specbook.teach.html import trace_html
 from specbook.teach.trace import trace_speculative
 from specbook.toy import make_toy_pair
@@ -362,38 +364,50 @@ for batch_size in (1, 64):
 # %% [markdown]
 # ## Exercises
 #
-# Try each one before opening its solution. The solution cells run with the
-# lesson (the course's tests execute them), so they also check the answers.
+# Each exercise has an answer cell and a check cell. Write your answer in place of the
+# `...`, run the cell, then run the check below it: it says whether the answer is right
+# and, if not, what to look at again. A "predict, then run" exercise asks for your
+# prediction as numbers; the cell after the check runs the experiment.
 #
 # **Exercise 1 (predict, then run).** Suppose the draft model were a perfect
-# copy of the target (q = p). Predict the acceptance rate α, the tokens per
-# target pass τ, and the number of target passes for LONG_RUN tokens at γ = 4.
-# Then run the loop with a copy of the target as the draft.
+# copy of the target (q = p). Predict the acceptance rate α (`alpha_perfect`), the tokens per
+# target pass τ (`tau_perfect`), and the number of target passes (`passes_perfect`) for
+# LONG_RUN tokens at γ = 4. The cell after the check runs the loop with a copy of the
+# target as the draft.
 #
 # <details><summary>Solution</summary>
 #
 # With q = p every keep-probability min(1, p(x)/q(x)) is 1, so α = 1 and every
 # round emits all γ guesses plus the bonus token: γ + 1 = 5 tokens per pass. The
 # loop never drafts past the budget, so the last round may emit fewer, and the
-# number of target passes is ⌈LONG_RUN / (γ + 1)⌉. The draft efficiency is 1 too:
-# no guess is ever left unchecked.
+# number of target passes is ⌈LONG_RUN / (γ + 1)⌉ (τ is LONG_RUN divided by it, 5 here).
+# The draft efficiency is 1 too: no guess is ever left unchecked.
 #
 # </details>
 
 # %% tags=["solution"]
+### BEGIN SOLUTION
+alpha_perfect = 1.0
+passes_perfect = math.ceil(LONG_RUN / (GAMMA + 1))
+tau_perfect = LONG_RUN / passes_perfect
+### END SOLUTION
+
+# %%
+exercises.check("01.1", alpha_perfect, tau_perfect, passes_perfect, LONG_RUN, GAMMA)
+
+# %%
 perfect_copy = make_toy_pair(vocab_size=8, order=1, match=0.7, seed=SEED)[0]  # a second instance of the target
 perfect = speculative_generate(target, DraftModelDrafter(perfect_copy), torch.tensor([0]), LONG_RUN, params=params,
                                gamma=GAMMA, generator=torch.Generator().manual_seed(SEED)).stats
-print(f"q = p: α = {perfect.acceptance_rate}, τ = {perfect.tau:.3f}, {perfect.target_passes} target passes")
-assert perfect.acceptance_rate == 1.0 and perfect.draft_efficiency == 1.0
-assert perfect.target_passes == math.ceil(LONG_RUN / (GAMMA + 1))
+print(f"q = p: α = {perfect.acceptance_rate}, τ = {perfect.tau:.3f}, {perfect.target_passes} target passes, "
+      f"draft efficiency {perfect.draft_efficiency}")
 
 # %% [markdown]
-# **Exercise 2 (code).** From `trace.steps` alone (each step has `draft_tokens`
-# and `num_accepted`), compute the acceptance rate α (accepted / verified) and
-# the draft efficiency (accepted / proposed), and check them against the loop's
-# `spec.acceptance_rate` and `spec.draft_efficiency`. Which guesses count as
-# verified?
+# **Exercise 2 (code).** Write `rates_from_steps(steps)`, which computes from a trace's
+# steps alone (each step has `draft_tokens` and `num_accepted`) the acceptance rate α
+# (accepted / verified) and the draft efficiency (accepted / proposed), and returns the
+# pair. The check runs it on `trace.steps` and on a second trace, against the loop's own
+# statistics. Which guesses count as verified?
 #
 # <details><summary>Solution</summary>
 #
@@ -405,20 +419,25 @@ assert perfect.target_passes == math.ceil(LONG_RUN / (GAMMA + 1))
 # </details>
 
 # %% tags=["solution"]
-ex_accepted = sum(s.num_accepted for s in trace.steps)
-ex_verified = sum(min(s.num_accepted + 1, len(s.draft_tokens)) for s in trace.steps)
-ex_proposed = sum(len(s.draft_tokens) for s in trace.steps)
-print(f"α = {ex_accepted}/{ex_verified} = {ex_accepted / ex_verified:.3f}; "
-      f"draft efficiency = {ex_accepted}/{ex_proposed} = {ex_accepted / ex_proposed:.3f}")
-assert math.isclose(ex_accepted / ex_verified, spec.acceptance_rate)
-assert math.isclose(ex_accepted / ex_proposed, spec.draft_efficiency)
-assert spec.draft_efficiency < spec.acceptance_rate
+def rates_from_steps(steps):
+    """(acceptance rate α, draft efficiency) of a traced generation, from its steps alone."""
+    ### BEGIN SOLUTION
+    accepted = sum(s.num_accepted for s in steps)
+    verified = sum(min(s.num_accepted + 1, len(s.draft_tokens)) for s in steps)
+    proposed = sum(len(s.draft_tokens) for s in steps)
+    return accepted / verified, accepted / proposed
+    ### END SOLUTION
+
+
+# %%
+exercises.check("01.2", rates_from_steps, trace)
 
 # %% [markdown]
 # **Exercise 3 (predict, then run).** At batch 1 on the H100, about how many
 # positions can one pass verify before the extra positions start to cost time?
-# Predict from the ridge point, then find the first n with a verify-cost ratio
-# above 1 using `roofline.verify_time_ratio(n, batch=1, hw="H100 SXM")`.
+# Predict from the ridge point the first n whose verify-cost ratio is above 1
+# (`first_costly_n`); the cell after the check finds it with
+# `roofline.verify_time_ratio(n, batch=1, hw="H100 SXM")`.
 #
 # <details><summary>Solution</summary>
 #
@@ -431,15 +450,65 @@ assert spec.draft_efficiency < spec.acceptance_rate
 # </details>
 
 # %% tags=["solution"]
+### BEGIN SOLUTION
+first_costly_n = math.floor(h100_ridge) + 1
+### END SOLUTION
+
+# %%
+exercises.check("01.3", first_costly_n)
+
+# %%
 first_costly = next(n for n in range(1, 1000) if roofline.verify_time_ratio(n, batch=1, hw=H100) > 1.0)
 print(f"H100, batch 1: the first costly pass verifies {first_costly} positions (ridge {h100_ridge:.1f})")
-assert first_costly == math.floor(h100_ridge) + 1
+
+# %% [markdown]
+# ## Concept check
+#
+# Five short questions on the whole lesson. Give numbers as numbers and a choice as its
+# letter in quotes (`"b"`), then run the check cell.
+#
+# 1. A round drafts γ = 4 guesses; the first two are kept and the third is rejected. How
+#    many tokens does the round emit? (`c1`)
+# 2. In that round, how many of the four guesses were *verified*? (`c2`)
+# 3. Which ratio is the acceptance rate α of lesson 3's formulas? (`c3`)
+#    (a) accepted / proposed guesses; (b) accepted / verified guesses; (c) tokens per target pass.
+# 4. On the H100 in bfloat16, what is the arithmetic intensity (FLOP per weight byte) of a
+#    verify pass at batch 64 with γ = 4? (`c4`)
+# 5. Why does verifying γ + 1 positions at batch 1 cost about one ordinary pass? (`c5`)
+#    (a) the target has cached the context, so it skips most of the work for the new positions;
+#    (b) the pass is memory-bound: every weight is read once whatever the number of positions,
+#    and the extra arithmetic uses compute that sat idle; (c) guessed tokens are cheaper for the
+#    target to process than real ones.
+#
+# <details><summary>Answers</summary>
+#
+# 1. 3: two kept guesses and one corrected token from the residual. 2. 3: the walk ran the
+# test on the first three and stopped; the fourth was never checked. 3. (b); (a) is the draft
+# efficiency and (c) is τ. 4. 64 × (4 + 1) = 320, past the ridge of about 295. 5. (b).
+#
+# </details>
+
+# %% tags=["solution"]
+### BEGIN SOLUTION
+c1 = 3
+c2 = 3
+c3 = "b"
+c4 = 320
+c5 = "b"
+### END SOLUTION
+
+# %%
+exercises.check("01.c1", c1)
+exercises.check("01.c2", c2)
+exercises.check("01.c3", c3)
+exercises.check("01.c4", c4)
+exercises.check("01.c5", c5)
 
 # %% [markdown]
 # ## Checks
 #
 # The lesson claimed five things. Each is asserted below, so a wrong library
-# would stop this notebook.
+# would stop this notebook; then come the exercises' experiments and your own answers.
 
 # %%
 # 1. The traced loop is the library's loop, and each round emits its accepted guesses plus one token.
@@ -466,4 +535,16 @@ assert sum(len(s.draft_tokens) for s in trace.steps) == spec.proposed == spec.dr
 assert plain_time == sum(len(s.emitted) for s in trace.steps[:8])
 assert math.isclose(spec_time, sum(len(s.draft_tokens) * C_TOY + 1.0 for s in trace.steps[:8]))
 assert spec_time < plain_time
+# 6. The exercises' experiments: a perfect draft keeps everything and needs ⌈n / (γ + 1)⌉ passes; the first
+#    costly verify width at batch 1 is the first integer past the ridge; α and the draft efficiency differ.
+assert perfect.acceptance_rate == 1.0 and perfect.draft_efficiency == 1.0
+assert perfect.target_passes == math.ceil(LONG_RUN / (GAMMA + 1))
+assert first_costly == math.floor(h100_ridge) + 1
+assert spec.draft_efficiency < spec.acceptance_rate
+# 7. Your exercises and concept check, as graded above.
+graded = exercises.results("01")
+print(f"exercises and concept check: {sum(r.passed for r in graded)} of {len(graded)} right")
+### BEGIN SOLUTION
+assert len(graded) == 8 and all(r.passed for r in graded), [str(r) for r in graded]
+### END SOLUTION
 print(f"all lesson-1 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")

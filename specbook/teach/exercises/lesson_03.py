@@ -5,43 +5,12 @@ c = 0.1, γ = 4, ...) are the ones the lesson states.
 """
 from __future__ import annotations
 
-import math
-import numbers
-
 from specbook import theory
 
 from . import Wrong, grader
-
-# ---------------------------------------------------------------------------- helpers
-
-
-def _number(answer, what: str) -> float:
-    if isinstance(answer, bool) or not isinstance(answer, numbers.Real) or not math.isfinite(float(answer)):
-        raise Wrong(f"{what} should be a finite number, got {answer!r}")
-    return float(answer)
-
-
-def _call(fn, *args):
-    """The reader's function called on ``args``; an exception it raises becomes the verdict."""
-    if not callable(fn):
-        raise Wrong(f"expected a function, got {type(fn).__name__}")
-    try:
-        return fn(*args)
-    except (NotImplementedError, AssertionError):
-        raise
-    except Exception as err:  # the reader's code failing is an answer too
-        raise Wrong(f"calling it with {args} raised {type(err).__name__}: {err}") from None
-
-
-def _choice(answer, options: dict[str, str | None]) -> None:
-    """``options``: letter -> None for the right one, or what to think about for a wrong one."""
-    letters = ", ".join(f'"{k}"' for k in options)
-    if not isinstance(answer, str) or answer.strip().strip("()").lower() not in options:
-        raise Wrong(f"answer with one letter in quotes: one of {letters}")
-    hint = options[answer.strip().strip("()").lower()]
-    if hint is not None:
-        raise Wrong(hint)
-
+from .lesson_01 import call as _call
+from .lesson_01 import choice as _choice
+from .lesson_01 import number as _number
 
 # ---------------------------------------------------------------------------- exercises
 
