@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -68,7 +70,7 @@ from specbook.decode import speculative_generate
 from specbook.drafters import DraftModelDrafter
 from specbook.naive import NAIVE_RULES
 from specbook.sampling import SamplingParams
-from specbook.teach import buggy, plots, rules
+from specbook.teach import buggy, exercises, plots, rules
 from specbook.teach.widgets import ProofExplorer
 from specbook.toy import make_toy_pair
 from specbook.verify import residual, verify_token
@@ -587,12 +589,17 @@ explorer.temperature.value = T_BUG
 # %% [markdown]
 # ## Exercises
 #
-# Try each one before opening its solution; the solution cells run with the
-# lesson and check the answers.
+# Each exercise has an answer cell and a check cell. Write your answer in place of the
+# `...`, run the cell, then run the check below it: it says whether the answer is right
+# and, if not, what to look at again. A "predict, then run" exercise asks for your
+# prediction as a value; the cell after the check runs the experiment.
 #
 # **Exercise 1 (predict, then run).** In the worked example, token 3 has
 # q = 0 (the draft never proposes it) and p = 1/4. Can speculative decoding
-# ever emit it? If so, with what probability, and by which route?
+# ever emit it? Give the probability that one round's first token is token 3
+# (`p_emit_token3`, a number or a `Fraction`) and its route (`route_token3`, a letter):
+# (a) only as an accepted guess; (b) only through the residual, after a rejection;
+# (c) both ways; (d) it is never emitted.
 #
 # <details><summary>Solution</summary>
 #
@@ -604,16 +611,27 @@ explorer.temperature.value = T_BUG
 # </details>
 
 # %% tags=["solution"]
+### BEGIN SOLUTION
+p_emit_token3 = F(1, 4)
+route_token3 = "b"
+### END SOLUTION
+
+# %%
+exercises.check("02.1", p_emit_token3, route_token3, p_ex, q_ex)
+
+# %%
 via_residual = p_reject * (max(F(0), p_ex[3] - q_ex[3]) / residual_mass)
-print("P(emit token 3) =", laws.emission_law(p_ex, q_ex)[3], "; via the residual:", via_residual)
-assert min(p_ex[3], q_ex[3]) == 0 and via_residual == laws.emission_law(p_ex, q_ex)[3] == F(1, 4)
+print("P(emit token 3) =", laws.emission_law(p_ex, q_ex)[3], "; via the residual:", via_residual,
+      "; as an accepted guess:", min(p_ex[3], q_ex[3]))
 
 # %% [markdown]
 # **Exercise 2 (code).** The rule "right test, wrong refill" keeps x with
 # probability min(1, p(x)/q(x)) but refills from p. Derive its emitted law by
-# following the proof's three steps, write it as a function of p and q, and
-# check it, exactly, against `NAIVE_RULES[1].law` on the worked example. Which
-# tokens does it over-produce?
+# following the proof's three steps and write it as `wrong_refill_law(p_, q_)`, a
+# function of two lists of probabilities (fractions in, fractions out), without calling
+# `specbook.naive`. The check compares it, exactly, with the library's law on the worked
+# example and on other pairs. Which tokens of the worked example does it over-produce?
+# (`over_produced`, a list of token indices)
 #
 # <details><summary>Solution</summary>
 #
@@ -629,22 +647,28 @@ assert min(p_ex[3], q_ex[3]) == 0 and via_residual == laws.emission_law(p_ex, q_
 
 # %% tags=["solution"]
 def wrong_refill_law(p_, q_):
+    """The exact law of "keep with min(1, p/q), refill from p"."""
+    ### BEGIN SOLUTION
     reject = 1 - sum(min(a, b) for a, b in zip(p_, q_))
     return [min(a, b) + reject * a for a, b in zip(p_, q_)]
+    ### END SOLUTION
 
 
-mine_law = wrong_refill_law(p_ex, q_ex)
-print("my law:", [str(v) for v in mine_law], " p:", [str(v) for v in p_ex])
-assert mine_law == NAIVE_RULES[1].law(p_ex, q_ex)
-assert [z for z in range(5) if mine_law[z] > p_ex[z]] == [1, 2]
+### BEGIN SOLUTION
+over_produced = [z for z, (emitted_z, p_z) in enumerate(zip(wrong_refill_law(p_ex, q_ex), p_ex)) if emitted_z > p_z]
+### END SOLUTION
+
+# %%
+exercises.check("02.2", wrong_refill_law, over_produced, p_ex, q_ex)
 
 # %% [markdown]
 # **Exercise 3 (predict, then run).** In the picture of the proof, the hatched
 # area (rejected guesses) and the orange area (the residual's refill) always have
 # the same total. Predict the acceptance rate α = Σ min(p, q) of the lesson's
-# pair (the green area) from the title of the figure, then check that sampling
-# agrees: draw guesses from q, run the library's `verify_token`, and count how
-# often the emitted token is the guess itself.
+# pair (the green area) from the title of the figure, to two decimals
+# (`alpha_from_picture`). The cell after the check samples it: it draws guesses from q,
+# runs the library's `verify_token`, and counts how often the emitted token is the
+# guess itself.
 #
 # <details><summary>Solution</summary>
 #
@@ -658,14 +682,66 @@ assert [z for z in range(5) if mine_law[z] > p_ex[z]] == [1, 2]
 # </details>
 
 # %% tags=["solution"]
+### BEGIN SOLUTION
+alpha_from_picture = round(float(area_min.sum()), 2)
+### END SOLUTION
+
+# %%
+exercises.check("02.3", alpha_from_picture, p, q)
+
+# %%
 alpha_pair = float(area_min.sum())
 g_ex = torch.Generator().manual_seed(SEED + 30)
 draws = torch.multinomial(q, N_DRAWS, replacement=True, generator=g_ex).tolist()
 kept = sum(verify_token(p, q, x, g_ex) == x for x in draws)
-se = (alpha_pair * (1 - alpha_pair) / N_DRAWS) ** 0.5
-print(f"α = Σ min(p, q) = {alpha_pair:.4f}; measured {kept / N_DRAWS:.4f} ± {se:.4f}")
-assert abs(kept / N_DRAWS - alpha_pair) < 4 * se
-assert abs(area_rejected.sum() - area_refill.sum()) < 1e-9
+se_kept = (alpha_pair * (1 - alpha_pair) / N_DRAWS) ** 0.5
+print(f"α = Σ min(p, q) = {alpha_pair:.4f}; measured {kept / N_DRAWS:.4f} ± {se_kept:.4f}")
+
+# %% [markdown]
+# ## Concept check
+#
+# Five short questions on the whole lesson. Give numbers as numbers (or fractions) and a
+# choice as its letter in quotes (`"b"`), then run the check cell.
+#
+# 1. After a rejection, why does the sampler draw from max(0, p − q), renormalised, and
+#    not from p? (`c1`) (a) the residual is cheaper to sample than p; (b) the accepted
+#    guesses have already emitted min(p, q) of every token, so drawing from all of p would
+#    hand that part out a second time; (c) so that the guess just rejected cannot come back.
+# 2. p = (0.2, 0.5, 0.3) and q = (0.5, 0.25, 0.25). What is the chance that a guess drawn
+#    from q is kept? (`c2`)
+# 3. For the same pair, what is the chance that the token with p = 0.5 is the one
+#    emitted? (`c3`)
+# 4. Block verification (`verify_block`) against the token-wise rule: (`c4`)
+#    (a) it keeps more guesses on average, at the price of a small bias; (b) it never keeps
+#    fewer on average, and the output still follows the target's law exactly; (c) it gains
+#    the most for one-hot drafts such as prompt lookup.
+# 5. A verifier applies the temperature to the target's logits but divides by the draft's
+#    unprocessed q, while the draft samples at the temperature. At which temperature does
+#    this bug leave the output law unchanged? (`c5`) (a) 0.6; (b) 1.0; (c) 1.5; (d) at none.
+#
+# <details><summary>Answers</summary>
+#
+# 1. (b); (c) is true of the residual, but it is a consequence, not the reason. 2. Σ min(p, q)
+# = 0.2 + 0.25 + 0.25 = 0.7. 3. 0.5: the sampler is lossless, whatever q is. 4. (b); one-hot
+# drafts gain nothing. 5. (b): at temperature 1 the processed and unprocessed q coincide.
+#
+# </details>
+
+# %% tags=["solution"]
+### BEGIN SOLUTION
+c1 = "b"
+c2 = 0.7
+c3 = 0.5
+c4 = "b"
+c5 = "b"
+### END SOLUTION
+
+# %%
+exercises.check("02.c1", c1)
+exercises.check("02.c2", c2)
+exercises.check("02.c3", c3)
+exercises.check("02.c4", c4)
+exercises.check("02.c5", c5)
 
 # %% [markdown]
 # ## Checks
@@ -702,4 +778,14 @@ for rule in VERIFIERS:
     se = float(kept_sampled[rule].std()) / n_rows ** 0.5
     assert abs(float(kept_sampled[rule].mean()) - float(kept_ab[rule])) < 4 * se, (rule, kept_sampled[rule].mean())
 assert all(v["token"] == v["block"] for v in one_hot_kept.values())
+# 8. The exercises' experiments: a token the draft never proposes comes out with probability p, all of it through
+#    the residual; counting "emitted == guess" measures α (a rejected guess never comes back).
+assert min(p_ex[3], q_ex[3]) == 0 and via_residual == laws.emission_law(p_ex, q_ex)[3] == p_ex[3]
+assert abs(kept / N_DRAWS - alpha_pair) < 4 * se_kept
+# 9. Your exercises and concept check, as graded above.
+graded = exercises.results("02")
+print(f"exercises and concept check: {sum(r.passed for r in graded)} of {len(graded)} right")
+### BEGIN SOLUTION
+assert len(graded) == 8 and all(r.passed for r in graded), [str(r) for r in graded]
+### END SOLUTION
 print(f"all lesson-2 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")
