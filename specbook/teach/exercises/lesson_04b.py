@@ -1,0 +1,480 @@
+"""Graders of lesson 4b, "write the loop": drafting, one verify round, the loop, a batch round, a round
+and a loop on a real KV cache, and the concept checks.
+
+Shape legend: V vocab, K drafts in one round.
+
+Each grader runs the reader's function on inputs it builds itself and compares the result with the
+library's loop (:mod:`specbook.decode`, on the same toy or tiny model) or with an exact law (a
+chi-square test on raw counts, :mod:`specbook.stats`).  A law test that fails is run once more with a
+second seed, so a correct answer is called wrong with probability below ``ALPHA ** 2`` = 1e-8; the
+seeds are fixed, so the instructor's solution gets the same verdict on every run.
+
+The real-model graders use a tiny random Llama (a real KV cache, in well under a second) and two
+helpers that assignment 8's hidden tests use as well: :class:`CacheWatch`, a target that remembers
+which tokens its cache holds, and :class:`ScriptedDrafter`, which drafts the true greedy continuation
+with one deliberate error whose position cycles, so that every number of accepted drafts occurs.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import torch
+
+from ... import stats
+from ...decode import generate, speculative_generate, speculative_steps
+from ...drafters.draft_model import DraftModelDrafter
+from ...models import LlamaConfig, LlamaModel, LlamaTarget
+from ...protocols import Draft
+from ...sampling import GREEDY, SamplingParams
+from ...toy import make_toy_pair
+from . import Wrong, grader
+
+ALPHA = 1e-4  # level of each law test; a failure is rerun once with the second seed
+SEEDS = (40_201, 40_202)
+TOY_GAMMA = 3  # drafts per round in the deterministic (temperature 0) comparisons
+LAW_GAMMA = 2  # drafts per round in the law tests: a bonus token is the 3rd token, inside the tested length
+LAW_LENGTH = 3  # tokens per tested sequence (6**3 = 216 outcomes at most)
+
+
+# --------------------------------------------------------------------------- helpers
+
+def toy_pair():
+    """The lesson's toy target and draft (6 tokens, first order, the draft 70% the target)."""
+    return make_toy_pair(vocab_size=6, order=1, match=0.7, seed=0)
+
+
+def law_pair():
+    """The pair of the law tests: a poorer draft (30% the target), so that a wrong refill after a
+    rejection moves the law far enough to be seen in 1000 sequences (p < 1e-6 for a refill from p)."""
+    return make_toy_pair(vocab_size=6, order=1, match=0.3, seed=0)
+
+
+def _call(what: str, fn: Callable, *args):
+    """``fn(*args)``; an exception other than a missing answer or a failed check becomes a Wrong."""
+    try:
+        return fn(*args)
+    except (NotImplementedError, AssertionError):
+        raise
+    except Exception as err:  # noqa: BLE001 - the reader's code may raise anything; say what
+        raise Wrong(f"{what} raised {type(err).__name__}: {err}") from err
+
+
+def _token_list(what: str, value) -> list[int]:
+    """A list of ints from a list, tuple or 1-D integer tensor, else Wrong."""
+    if torch.is_tensor(value):
+        if value.is_floating_point() or value.dim() > 1:
+            raise Wrong(f"{what} must be a list of token ids, got a tensor of shape {tuple(value.shape)} "
+                        f"and dtype {value.dtype}")
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise Wrong(f"{what} must be a list of token ids, got {type(value).__name__}")
+    try:
+        return [int(t) for t in value]
+    except (TypeError, ValueError):
+        raise Wrong(f"{what} must hold token ids (ints), got {value!r}") from None
+
+
+def _law_tests(what: str, draw: Callable, laws: list[dict], n: int) -> list[float]:
+    """p-values of ``n`` draws of ``draw(generator)`` (one outcome per law) against ``laws``.
+
+    Each law is tested at ALPHA / len(laws) (Bonferroni); if any test fails, all run again once with
+    the second seed and that verdict stands.  An outcome of probability 0 is wrong at once."""
+    level = ALPHA / len(laws)
+    for attempt, seed in enumerate(SEEDS):
+        g = torch.Generator().manual_seed(seed)
+        counts = [Counter() for _ in laws]
+        for _ in range(n):
+            for c, outcome in zip(counts, draw(g)):
+                c[outcome] += 1
+        pvalues = []
+        for row, (law, c) in enumerate(zip(laws, counts)):
+            impossible = [o for o in c if law.get(o, 0.0) == 0.0]
+            if impossible:
+                where = f" (row {row})" if len(laws) > 1 else ""
+                raise Wrong(f"{what} emitted {list(impossible[0])}{where}, a sequence the target gives "
+                            "probability 0: the target's law cannot produce it, so some token came from the "
+                            "wrong distribution")
+            outcomes = sorted(set(law) | set(c))
+            result = stats.chisquare_gof([c.get(o, 0) for o in outcomes], [law.get(o, 0.0) for o in outcomes])
+            pvalues.append(result.pvalue)
+        if all(p >= level for p in pvalues):
+            return pvalues
+        if attempt == len(SEEDS) - 1:
+            worst = min(range(len(pvalues)), key=pvalues.__getitem__)
+            where = f" in row {worst}" if len(laws) > 1 else ""
+            raise Wrong(f"the sequences {what} emits{where} do not follow the target's law: a chi-square test on "
+                        f"{n} of them gives p = {pvalues[worst]:.1e}, with two different seeds.  Check the "
+                        "acceptance test, the distribution after a rejection and the row the bonus token comes from")
+    raise AssertionError("unreachable")
+
+
+def _complete(target, context: list[int], block: list[int], length: int, params, g) -> tuple[int, ...]:
+    """``block`` cut or completed to ``length`` tokens with draws from the target's exact conditionals: if the
+    block follows the target's law, so does the result."""
+    seq = list(block[:length])
+    while len(seq) < length:
+        seq.append(int(torch.multinomial(target.next_probs(context + seq, params), 1, generator=g)))
+    return tuple(seq)
+
+
+def library_round(target, draft_model, contexts: list[list[int]], gamma: int) -> list[list[int]]:
+    """What the library's loop emits in its first round at temperature 0, per row."""
+    steps = speculative_steps(target, DraftModelDrafter(draft_model), [list(c) for c in contexts], gamma + 1,
+                              params=GREEDY, gamma=gamma)
+    step = next(steps)
+    return [row[:n] for row, n in zip(step.tokens.tolist(), step.num_emitted.tolist())]
+
+
+def tiny_llama(seed: int = 0) -> LlamaModel:
+    """A small random Llama (97 tokens, 2 layers): a real KV cache, decoding in milliseconds."""
+    config = LlamaConfig(vocab_size=97, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=96,
+                         max_position_embeddings=256, rope_theta=500.0, tie_embeddings=True)
+    return LlamaModel(config).init_weights(std=0.3, generator=torch.Generator().manual_seed(seed)).eval()
+
+
+def greedy_truth(target, prompt: list[int], length: int) -> list[int]:
+    """The target's greedy continuation of ``prompt`` (plain decoding, the library's ``generate``)."""
+    return generate(target, torch.tensor(prompt), length, params=GREEDY).new_tokens[0].tolist()
+
+
+class CacheWatch:
+    """A one-row Target that passes every call to ``inner`` and remembers which tokens its cache holds.
+
+    ``held``: the tokens in the cache now; ``passes``: forward calls since the last reset.  With
+    ``truth`` (a sequence the cache may only ever hold a prefix of: the prompt and its greedy
+    continuation), every forward first checks that the cache holds nothing else, and the first time it
+    does not, a sentence saying so is appended to ``violations``.  Anything but ``vocab_size``,
+    ``reset``, ``forward``, ``cache_lengths`` and ``rollback`` is refused (the Target protocol).
+    """
+
+    def __init__(self, inner, truth: list[int] | None = None):
+        self.inner = inner
+        self.vocab_size = inner.vocab_size
+        self.truth = None if truth is None else list(truth)
+        self.held: list[int] = []
+        self.violations: list[str] = []
+        self.passes = 0
+
+    def reset(self, batch_size: int) -> None:
+        if batch_size != 1:
+            raise ValueError(f"batch_size must be 1 (one row is decoded here), got {batch_size}")
+        self.inner.reset(1)
+        self.held, self.passes = [], 0
+
+    @property
+    def cache_lengths(self) -> torch.Tensor:
+        return self.inner.cache_lengths
+
+    def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None) -> torch.Tensor:
+        if parents is not None:
+            raise ValueError("parents must be None: this loop verifies chains")
+        if not torch.is_tensor(tokens) or tokens.dim() != 2 or tokens.shape[0] != 1:
+            raise ValueError(f"tokens must be a (1, N) tensor, got {getattr(tokens, 'shape', type(tokens).__name__)}")
+        if self.truth is not None and not self.violations and self.held != self.truth[:len(self.held)]:
+            first = next((i for i, (a, b) in enumerate(zip(self.held, self.truth)) if a != b), len(self.truth))
+            self.violations.append(
+                f"pass {self.passes + 1} began with {len(self.held)} tokens in the cache, and the one at position "
+                f"{first} is not the text's token there. Before a pass the cache must hold exactly the prompt and "
+                "the tokens emitted so far but the last: no rejected draft left behind, nothing fed twice")
+        logits = self.inner.forward(tokens)
+        self.held += [int(t) for t in tokens[0].tolist()]
+        self.passes += 1
+        return logits
+
+    __call__ = forward
+
+    def rollback(self, lengths) -> None:
+        self.inner.rollback(lengths)
+        self.held = self.held[: int(self.inner.cache_lengths[0])]
+
+    def __getattr__(self, name: str):
+        raise AttributeError(f"the target offers vocab_size, reset, forward, cache_lengths and rollback; "
+                             f"{name!r} is not one of them")
+
+
+class ScriptedDrafter:
+    """Drafts for one row from a known text (the prompt and its greedy continuation): the next ``gamma``
+    tokens of the text, with one deliberate error whose position cycles over 0..gamma from call to call
+    (gamma: no error, so the round ends with a bonus token).  ``requested`` lists the gamma of each call."""
+
+    def __init__(self, text: list[int], vocab_size: int):
+        self.text, self.vocab_size = list(text), vocab_size
+        self.requested: list[int] = []
+
+    def propose(self, contexts, gamma: int, params=GREEDY, generator=None) -> Draft:
+        if len(contexts) != 1:
+            raise ValueError(f"contexts must hold one row (a list with one 1-D tensor), got {len(contexts)}")
+        n = len(contexts[0])
+        drafts = self.text[n:n + gamma]
+        drafts += [0] * (gamma - len(drafts))
+        wrong_at = len(self.requested) % (gamma + 1)
+        if wrong_at < gamma:
+            drafts[wrong_at] = (drafts[wrong_at] + 1) % self.vocab_size
+        self.requested.append(gamma)
+        return Draft(torch.tensor(drafts, dtype=torch.long).reshape(1, gamma), None)
+
+
+def _tiny_case(n: int, gamma: int):
+    """(LlamaTarget, prompt, greedy continuation of n + gamma + 1 tokens) on the tiny Llama."""
+    target = LlamaTarget(tiny_llama(), max_length=64)
+    prompt = torch.randint(97, (6,), generator=torch.Generator().manual_seed(7)).tolist()
+    return target, prompt, greedy_truth(target, prompt, n + gamma + 1)
+
+
+# --------------------------------------------------------------------------- part (a): one row, toy models
+
+@grader("04b.1")
+def _draft_tokens(draft_tokens):
+    _, draft_model = toy_pair()
+    params, context, V = SamplingParams(), [2, 3], draft_model.vocab_size
+    given = list(context)
+    result = _call("draft_tokens", draft_tokens, draft_model, given, TOY_GAMMA, params, torch.Generator().manual_seed(1))
+    if given != context:
+        raise Wrong("draft_tokens changed the context it was given: build a new list (context + drafts) instead")
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise Wrong("draft_tokens must return a pair (tokens, q)")
+    tokens, q = _token_list("the drafted tokens", result[0]), result[1]
+    if len(tokens) != TOY_GAMMA:
+        raise Wrong(f"asked for {TOY_GAMMA} drafts, draft_tokens returned {len(tokens)}")
+    if not torch.is_tensor(q) or tuple(q.shape) != (TOY_GAMMA, V):
+        raise Wrong(f"q must be a ({TOY_GAMMA}, {V}) tensor, one row per draft, got "
+                    f"{tuple(q.shape) if torch.is_tensor(q) else type(q).__name__}")
+    for i, x in enumerate(tokens):
+        want = draft_model.next_probs(context + tokens[:i], params)  # (V,)
+        if not torch.allclose(q[i].double(), want, atol=1e-6):
+            raise Wrong(f"q[{i}] is not the law draft {i} was drawn from: that is the draft model's next-token "
+                        f"probabilities after the context and the {i} draft(s) before it")
+        if want[x] == 0:
+            raise Wrong(f"draft {i} is token {x}, which the draft model gives probability 0 there")
+    law = draft_model.sequence_law(context, 2, params)
+    (pvalue,) = _law_tests("draft_tokens",
+                           lambda g: [tuple(_token_list("the drafted tokens",
+                                                        _call("draft_tokens", draft_tokens, draft_model, list(context),
+                                                              2, params, g)[0]))],
+                           [law], 1000)
+    print(f"  1000 two-token drafts against the draft model's exact law: chi-square p = {pvalue:.2f}")
+
+
+@grader("04b.2")
+def _toy_round(toy_round):
+    target, draft_model = toy_pair()
+    g = torch.Generator().manual_seed(2)
+    counts = set()
+    for context in ([0], [1], [2], [3], [4], [5], [1, 4], [2, 3, 5]):
+        want = library_round(target, draft_model, [context], TOY_GAMMA)[0]
+        before = target.forward_calls
+        got = _token_list("toy_round's result",
+                          _call("toy_round", toy_round, target, draft_model, list(context), TOY_GAMMA, GREEDY, g))
+        passes = target.forward_calls - before
+        if passes != 1:
+            raise Wrong(f"a round makes exactly one target pass, over the context and all {TOY_GAMMA} drafts "
+                        f"at once; yours made {passes}")
+        if got != want:
+            raise Wrong(f"at temperature 0 (every draw is an argmax) your round after the context {context} emits "
+                        f"{got}; the library's loop emits {want}. Which rows of the target pass hold p after "
+                        "the context, after each draft, and after the last one?")
+        counts.add(len(want))
+    params, (target, draft_model) = SamplingParams(), law_pair()
+    law = target.sequence_law([0], LAW_LENGTH, params)
+
+    def draw(g):
+        block = _token_list("toy_round's result",
+                            _call("toy_round", toy_round, target, draft_model, [0], LAW_GAMMA, params, g))
+        if not 1 <= len(block) <= LAW_GAMMA + 1:
+            raise Wrong(f"a round with {LAW_GAMMA} drafts emits 1 to {LAW_GAMMA + 1} tokens; yours emitted {len(block)}")
+        return [_complete(target, [0], block, LAW_LENGTH, params, g)]
+
+    (pvalue,) = _law_tests("toy_round", draw, [law], 1000)
+    print(f"  at temperature 0: the library's tokens after {len(counts)} different numbers of accepted drafts; "
+          f"1000 rounds (completed to {LAW_LENGTH} tokens) against the target's exact law: chi-square p = {pvalue:.2f}")
+
+
+@grader("04b.3")
+def _toy_generate(toy_generate):
+    target, draft_model = toy_pair()
+    g = torch.Generator().manual_seed(3)
+    for prompt in ([0], [3, 1]):
+        want = speculative_generate(target, DraftModelDrafter(draft_model), torch.tensor(prompt), 10, params=GREEDY,
+                                    gamma=TOY_GAMMA).new_tokens[0].tolist()
+        got = _token_list("toy_generate's result",
+                          _call("toy_generate", toy_generate, target, draft_model, list(prompt), 10, TOY_GAMMA,
+                                GREEDY, g))
+        if len(got) != 10:
+            raise Wrong(f"asked for 10 tokens, toy_generate returned {len(got)}: keep the first n when the last "
+                        "round overshoots")
+        if got != want:
+            raise Wrong(f"at temperature 0 your loop from {prompt} gives {got}; speculative_generate gives {want}. "
+                        "Each round must continue from the prompt and everything emitted so far")
+    params, (target, draft_model) = SamplingParams(), law_pair()
+    law = target.sequence_law([0], LAW_LENGTH, params)
+    (pvalue,) = _law_tests("toy_generate", lambda g: [tuple(_token_list("toy_generate's result", _call(
+        "toy_generate", toy_generate, target, draft_model, [0], LAW_LENGTH, LAW_GAMMA, params, g)))], [law], 1000)
+    print(f"  at temperature 0: equal to speculative_generate; 1000 sequences of {LAW_LENGTH} tokens against the "
+          f"target's exact law: chi-square p = {pvalue:.2f}")
+
+
+# --------------------------------------------------------------------------- part (b): a batch
+
+BATCH_CONTEXTS = ([0], [1, 2, 3], [4, 5], [2])
+
+
+@grader("04b.4")
+def _toy_batch_round(toy_batch_round):
+    target, draft_model = toy_pair()
+    contexts = [list(c) for c in BATCH_CONTEXTS]
+    want = library_round(target, draft_model, contexts, TOY_GAMMA)
+    before = target.forward_calls
+    got = _call("toy_batch_round", toy_batch_round, target, draft_model, [list(c) for c in contexts], TOY_GAMMA,
+                GREEDY, torch.Generator().manual_seed(4))
+    passes = target.forward_calls - before
+    if not isinstance(got, (list, tuple)) or len(got) != len(contexts):
+        raise Wrong(f"toy_batch_round must return one list of tokens per row ({len(contexts)} rows)")
+    got = [_token_list(f"row {b}'s tokens", row) for b, row in enumerate(got)]
+    if passes != 1:
+        raise Wrong(f"the batch shares one target pass (all rows, padded to one width); yours made {passes}")
+    for b, (mine, theirs) in enumerate(zip(got, want)):
+        if mine != theirs:
+            raise Wrong(f"at temperature 0 row {b} (context {contexts[b]}, {len(contexts[b])} tokens) emits {mine}; "
+                        f"the library's loop emits {theirs}. Each row's γ + 1 rows of the pass start at its own "
+                        "last context token, not at a position shared by the batch")
+    params, (target, draft_model) = SamplingParams(), law_pair()
+    rows = [[0], [1, 2, 3]]
+    laws = [target.sequence_law(c, LAW_LENGTH, params) for c in rows]
+
+    def draw(g):
+        blocks = _call("toy_batch_round", toy_batch_round, target, draft_model, [list(c) for c in rows], LAW_GAMMA,
+                       params, g)
+        return [_complete(target, c, _token_list("a row's tokens", blk), LAW_LENGTH, params, g)
+                for c, blk in zip(rows, blocks)]
+
+    pvalues = _law_tests("toy_batch_round", draw, laws, 800)
+    print(f"  at temperature 0: every row equals the library's ({sorted({len(w) for w in want})} tokens per row); "
+          f"800 batches of rows of 1 and 3 tokens against their exact laws: chi-square p = "
+          + ", ".join(f"{p:.2f}" for p in pvalues))
+
+
+# --------------------------------------------------------------------------- part (c): a real KV cache
+
+CACHED_GAMMA = 3
+
+
+@grader("04b.5")
+def _cached_round(cached_round):
+    target, prompt, truth = _tiny_case(0, CACHED_GAMMA)
+    watch = CacheWatch(target)
+    cases = [(j, truth[:CACHED_GAMMA]) for j in range(CACHED_GAMMA + 1)] + [(None, [])]
+    for wrong_at, drafts in cases:
+        drafts = list(drafts)
+        if wrong_at is not None and wrong_at < CACHED_GAMMA:
+            drafts[wrong_at] = (drafts[wrong_at] + 1) % watch.vocab_size
+        accepted = next((i for i, (d, t) in enumerate(zip(drafts, truth)) if d != t), len(drafts))
+        expected = truth[:accepted + 1]
+        watch.reset(1)
+        watch.forward(torch.tensor([prompt[:-1]]))
+        watch.passes = 0
+        got = _token_list("cached_round's result", _call("cached_round", cached_round, watch, prompt[-1], list(drafts)))
+        if watch.passes != 1:
+            raise Wrong(f"a round makes one target pass over [pending] + drafts; yours made {watch.passes}")
+        if got != expected:
+            raise Wrong(f"with drafts {drafts} (the target's greedy text goes on with {truth[:len(drafts) + 1]}) your "
+                        f"round emits {got}; it should emit the drafts up to the first one the target disagrees "
+                        "with, then the target's own token there (or, if it agrees with all, the bonus)")
+        kept = prompt + expected[:-1]
+        if watch.held != kept:
+            extra = len(watch.held) - len(kept)
+            raise Wrong(f"after a round that kept {accepted} of {len(drafts)} drafts the cache must hold the context "
+                        f"and those {accepted} drafts ({len(kept)} tokens); yours holds {len(watch.held)}"
+                        + (f": {extra} written {'entry' if extra == 1 else 'entries'} too many, which the next "
+                           "pass would attend to" if extra > 0
+                           else "") + ". The new last token is not cached yet: the next pass feeds it first")
+    print(f"  on a tiny random Llama's cache: the right tokens and cache after 0..{CACHED_GAMMA} accepted drafts "
+          "and after an empty draft")
+
+
+@grader("04b.6")
+def _cached_decode(cached_decode):
+    n = 12
+    target, prompt, truth = _tiny_case(n, CACHED_GAMMA)
+    watch = CacheWatch(target, truth=prompt + truth)
+    drafter = ScriptedDrafter(prompt + truth, watch.vocab_size)
+    got = _token_list("cached_decode's result",
+                      _call("cached_decode", cached_decode, watch, drafter, list(prompt), n, CACHED_GAMMA))
+    if watch.violations:
+        raise Wrong(watch.violations[0])
+    if len(got) != n:
+        raise Wrong(f"asked for {n} tokens, cached_decode returned {len(got)}")
+    if got != truth[:n]:
+        first = next(i for i, (a, b) in enumerate(zip(got, truth)) if a != b)
+        raise Wrong(f"your tokens differ from plain greedy decoding (the library's generate) from token {first} on. "
+                    "Greedy speculative decoding must give exactly the same text")
+    if watch.held != prompt + got[:-1]:
+        raise Wrong(f"when the loop returns, the cache must hold the prompt and every returned token but the last "
+                    f"({len(prompt) + n - 1} tokens); yours holds {len(watch.held)}. A round must never draft past "
+                    "the budget: ask for at most (tokens still to emit - 1) drafts")
+    print(f"  on a tiny random Llama with drafts that go wrong at every position in turn: equal to generate, "
+          f"a clean cache at each of {watch.passes - 1} passes, and the right cache at the end")
+
+
+# --------------------------------------------------------------------------- concept checks
+
+C1 = dict(cached=40, gamma=4, accepted=2)  # the numbers of concept check c1 (also in the lesson's text)
+C4 = dict(lengths=(30, 25), gamma=4, accepted=(1, 3))
+C5 = dict(cached=30, nodes=6, path=2)
+
+
+def _numbers(what: str, answer, count: int) -> tuple[int, ...]:
+    values = answer if isinstance(answer, (tuple, list)) else (answer,)
+    if len(values) != count or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise Wrong(f"{what}: answer with {count} whole number{'s' if count > 1 else ''}")
+    return tuple(values)
+
+
+def _choice(answer, options: str) -> str:
+    if not isinstance(answer, str) or answer.strip().lower() not in options:
+        raise Wrong(f"answer with one letter among {', '.join(options)}")
+    return answer.strip().lower()
+
+
+@grader("04b.c1")
+def _c1(answer):
+    after_forward, after_rollback = _numbers("c1", answer, 2)
+    if after_forward != C1["cached"] + C1["gamma"] + 1:
+        raise Wrong("right after the forward, every fed token has its keys and values written: count the pending "
+                    "token as well as the drafts")
+    if after_rollback != C1["cached"] + C1["accepted"] + 1:
+        raise Wrong("after the rollback the cache keeps what was fed and accepted: the pending token and the "
+                    "accepted drafts, nothing of the rejected one or those after it")
+
+
+@grader("04b.c2")
+def _c2(answer):
+    if _choice(answer, "abcd") != "c":
+        raise Wrong("which token of the round was never fed to the target in this pass? Its keys and values "
+                    "do not exist yet")
+
+
+@grader("04b.c3")
+def _c3(answer):
+    if _choice(answer, "abc") != "b":
+        raise Wrong("nothing fails loudly: the cache simply holds more entries than the text, and attention "
+                    "reads every entry below the row's length")
+
+
+@grader("04b.c4")
+def _c4(answer):
+    got = _numbers("c4", answer, 2)
+    want = tuple(n + a + 1 for n, a in zip(C4["lengths"], C4["accepted"]))
+    if got != want:
+        raise Wrong("each row keeps its own pending token and its own accepted drafts, from its own length; "
+                    "the rows are never cut to a common length")
+
+
+@grader("04b.c5")
+def _c5(answer):
+    length, discarded = _numbers("c5", answer, 2)
+    if length != C5["cached"] + 1 + C5["path"]:
+        raise Wrong("keep packs the root (the pending token) and the accepted path's nodes into place after the "
+                    "cached context")
+    if discarded != C5["nodes"] - C5["path"]:
+        raise Wrong("the pass wrote one entry per fed token (the root and every node); count those not on the path")
