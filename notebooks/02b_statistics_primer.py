@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -34,8 +36,10 @@
 # probability but, on a rejection, draws from p instead of the residual
 # (`specbook.naive.resample_from_p`; lesson 2 computed its biased law exactly).
 #
-# Each section ends with a **predict, then run** exercise: write your prediction down,
-# run the cell, then unfold the worked *Solution*; the cell after it checks it in code.
+# Each section ends with a **predict, then run** exercise: write your prediction in place
+# of the `...` in the answer cell, run it and the check cell below it (which says whether the
+# prediction is right and, if not, what to look at again), then run the experiment. The
+# course's own edition of the primer also has a worked *Solution* under each exercise.
 
 # %% tags=["parameters"]
 import os
@@ -57,6 +61,7 @@ from scipy import stats as sps
 from tqdm.auto import tqdm
 
 from specbook import naive, stats
+from specbook.teach import exercises
 from specbook.verify import verify_token
 
 _started = time.perf_counter()
@@ -142,14 +147,11 @@ except ValueError as err:
 # %% [markdown]
 # ### Exercise 1 (predict, then run)
 #
-# The broken rule's X² on raw counts is in the hundreds. **Predict** X² for the same
-# data if you (wrongly) divide the counts by 10 before the test, so that the counts
-# look like a tenth of the sample. Then run the cell.
-
-# %%
-print(f"X^2 on counts / 10 = {pearson(broken_counts / 10, expected / 10):.1f}")
-
-# %% [markdown]
+# The broken rule's X² on raw counts is in the hundreds (printed above). **Predict** X² for
+# the same data if you (wrongly) divide the counts, and the expected counts, by 10 before the
+# test, so that the counts look like a tenth of the sample. Give it as `x2_on_tenth`; the cell
+# after the check computes it.
+#
 # <details><summary>Solution</summary>
 #
 # Every term (O − E)²/E scales like its numerator over its denominator: (1/10)² / (1/10)
@@ -157,14 +159,16 @@ print(f"X^2 on counts / 10 = {pearson(broken_counts / 10, expected / 10):.1f}")
 # still there; the test just sees ten (or n) times fewer tokens than it was given.
 # </details>
 
+# %% tags=["solution"]
+### BEGIN SOLUTION
+x2_on_tenth = pearson(broken_counts, expected) / 10
+### END SOLUTION
+
 # %%
-def solution_scaled_statistic(counts, expected, factor: float) -> float:
-    """X^2 after dividing counts and expected counts by `factor`."""
-    return pearson(counts, expected) / factor
+exercises.check("02b.1", x2_on_tenth, broken_counts, expected)
 
-
-assert np.isclose(pearson(broken_counts / 10, expected / 10), solution_scaled_statistic(broken_counts, expected, 10))
-assert np.isclose(freq_stat.statistic, pearson(broken_counts, expected) / N_DRAWS)
+# %%
+print(f"X^2 on counts / 10 = {pearson(broken_counts / 10, expected / 10):.1f}")
 
 # %% [markdown]
 # ## 2. Why bins with a small expected count are pooled
@@ -216,15 +220,10 @@ plt.show()
 # ### Exercise 2 (predict, then run)
 #
 # Pooling depends on n only through the expected counts n p(z). **Predict** the smallest
-# sample size at which the rare token (p = 0.0005) gets a bin of its own, and how many
-# bins the test then has. Then run the cell.
-
-# %%
-for n_try in (3000, 9990, 10010):
-    obs, _ = stats.pool_bins(rng.multinomial(n_try, p_np), p_np)
-    print(f"n = {n_try:6d}: {obs.size} pooled bins")
-
-# %% [markdown]
+# sample size at which the rare token (p = 0.0005) gets a bin of its own (`n_own_bin`), and
+# how many bins the test then has (`bins_then`). The cell after the check pools samples of
+# 3,000, 9,990 and 10,010 draws.
+#
 # <details><summary>Solution</summary>
 #
 # A bin stands alone once its expected count reaches 5: n × 0.0005 ≥ 5, so n ≥ 10,000.
@@ -233,16 +232,20 @@ for n_try in (3000, 9990, 10010):
 # grading checker's cases are chosen so that the bins that matter for a bug are large.
 # </details>
 
+# %% tags=["solution"]
+### BEGIN SOLUTION
+n_own_bin = int(np.ceil(5 / 0.0005))
+bins_then = V
+### END SOLUTION
+
 # %%
-def solution_own_bin_from(prob: float, min_expected: float = 5.0) -> int:
-    """Smallest n whose expected count n * prob reaches min_expected."""
-    return int(np.ceil(min_expected / prob))
+exercises.check("02b.2", n_own_bin, bins_then, p_np)
 
-
-assert solution_own_bin_from(0.0005) == 10_000
-n_own = solution_own_bin_from(0.0005)
-assert stats.pool_bins(rng.multinomial(n_own - 10, p_np), p_np)[0].size == V - 1
-assert stats.pool_bins(rng.multinomial(n_own + 10, p_np), p_np)[0].size == V
+# %%
+bins_at = {}
+for n_try in (3000, 9990, 10010):
+    bins_at[n_try] = stats.pool_bins(rng.multinomial(n_try, p_np), p_np)[0].size
+    print(f"n = {n_try:6d}: {bins_at[n_try]} pooled bins")
 
 # %% [markdown]
 # ## 3. p-values, and many tests at once
@@ -305,12 +308,9 @@ print(family)
 #
 # Suppose a checker runs 30 tests on one submission. **Predict** the chance that
 # a *correct* submission fails at least one of them if each is run at level 0.01 with no
-# correction. Then predict it with Holm at family-wise level 0.01.
-
-# %%
-print(f"without correction: {1 - (1 - 0.01) ** 30:.3f}")
-
-# %% [markdown]
+# correction (`p_alarm_uncorrected`), and the most it can be with Holm at family-wise
+# level 0.01 (`p_alarm_holm`).
+#
 # <details><summary>Solution</summary>
 #
 # Without correction, 1 − 0.99^30 ≈ 0.26: one honest student in four would be told
@@ -319,15 +319,18 @@ print(f"without correction: {1 - (1 - 0.01) ** 30:.3f}")
 # tests: about 17% of honest families raise an alarm without correction, under 1% with Holm.
 # </details>
 
+# %% tags=["solution"]
+### BEGIN SOLUTION
+p_alarm_uncorrected = 1 - 0.99**30
+p_alarm_holm = 0.01
+### END SOLUTION
+
 # %%
-def solution_family_false_alarm(k: int, level: float) -> float:
-    """Chance that k independent honest tests at `level` raise at least one alarm."""
-    return 1 - (1 - level) ** k
+exercises.check("02b.3", p_alarm_uncorrected, p_alarm_holm)
 
-
-assert abs(solution_family_false_alarm(30, 0.01) - 0.26) < 0.005
-# The simulated families: each honest test's measured false-alarm rate is fa_pooled (the statistic is discrete).
-assert abs(fwer_raw - solution_family_false_alarm(K_TESTS, fa_pooled)) < 4 * np.sqrt(0.2 * 0.8 / len(families))
+# %%
+print(f"30 tests at 0.01, without correction: {1 - (1 - LEVEL) ** 30:.3f}; the simulated families of {K_TESTS}: "
+      f"{fwer_raw:.3f} without correction, {fwer_holm:.4f} with Holm")
 
 # %% [markdown]
 # ## 4. Power and sample size
@@ -389,14 +392,11 @@ plt.show()
 # %% [markdown]
 # ### Exercise 4 (predict, then run)
 #
-# Before looking at the table: at match 0.9 (q = 0.9 p + 0.1 q_poor), **predict** how many
-# times more draws than at match 0 a test needs to reach power 0.99. Hint: how does the
-# rejection mass Σ max(0, p − q) change with the match, and how does λ depend on it?
-
-# %%
-print(f"ratio of draws needed, match 0.9 vs 0: {needed[0.9] / needed[0.0]:.0f}")
-
-# %% [markdown]
+# At match 0.9 (q = 0.9 p + 0.1 q_poor), **predict** how many times more draws than at
+# match 0 a test needs to reach power 0.99 (`draws_ratio`), before looking at the ratio of the
+# table's numbers. Hint: how does the rejection mass Σ max(0, p − q) change with the match,
+# and how does λ depend on it?
+#
 # <details><summary>Solution</summary>
 #
 # The law's deviation a − p is proportional to the rejection mass Σ max(0, p − q),
@@ -413,13 +413,16 @@ print(f"ratio of draws needed, match 0.9 vs 0: {needed[0.9] / needed[0.0]:.0f}")
 # test is only as strong as the bugs it is given a chance to see.
 # </details>
 
+# %% tags=["solution"]
+### BEGIN SOLUTION
+draws_ratio = (1 / (1 - 0.9)) ** 2  # about 100; the extra degree of freedom adds about 5%
+### END SOLUTION
+
+# %%
+exercises.check("02b.4", draws_ratio, p, q)
+
 # %%
 from scipy import optimize
-
-
-def solution_draws_ratio(match: float) -> float:
-    """Draws needed for the same λ grow like 1 / (1 - match)^2 (lambda / n is quadratic in the bias)."""
-    return 1 / (1 - match) ** 2
 
 
 def lambda_for_power(dof: int, level: float = LEVEL, power: float = 0.99) -> float:
@@ -430,11 +433,55 @@ def lambda_for_power(dof: int, level: float = LEVEL, power: float = 0.99) -> flo
 
 dof_at = {m: stats.pool_bins(rng.multinomial(needed[m], p_np), p_np)[0].size - 1 for m in (0.0, 0.9)}
 dof_factor = lambda_for_power(dof_at[0.9]) / lambda_for_power(dof_at[0.0])
+quadratic_ratio = 1 / (1 - 0.9) ** 2  # λ/n is quadratic in the deviation, which scales with 1 - match
+print(f"ratio of draws needed, match 0.9 vs 0: {needed[0.9] / needed[0.0]:.1f}")
 print(f"degrees of freedom: {dof_at[0.0]} at match 0 ({needed[0.0]:,} draws), {dof_at[0.9]} at match 0.9 "
       f"({needed[0.9]:,} draws); λ needed for power 0.99 grows by {dof_factor:.3f}; predicted ratio "
-      f"{solution_draws_ratio(0.9) * dof_factor:.1f}, table {needed[0.9] / needed[0.0]:.1f}")
-assert dof_at == {0.0: V - 2, 0.9: V - 1}  # the rare token pooled at match 0, on its own bin at match 0.9
-assert abs((needed[0.9] / needed[0.0]) / (solution_draws_ratio(0.9) * dof_factor) - 1) < 0.01
+      f"{quadratic_ratio * dof_factor:.1f}, table {needed[0.9] / needed[0.0]:.1f}")
+
+# %% [markdown]
+# ## Concept check
+#
+# Five short questions on the whole primer. Give numbers as numbers and a choice as its
+# letter in quotes (`"b"`), then run the check cell.
+#
+# 1. Why must a chi-square test get raw counts, not proportions? (`c1`) (a) scipy refuses
+#    proportions; (b) dividing every count by n divides X² by n, so the test almost never
+#    rejects; (c) proportions change the degrees of freedom.
+# 2. Four tests give p-values 0.001, 0.004, 0.02 and 0.3. How many does Holm's procedure
+#    reject at family-wise level 0.01? (`c2`)
+# 3. A bug whose deviation a − p is half as large: about how many times as many draws does
+#    a test need for the same power, if the pooling stays the same? (`c3`)
+# 4. A test at level 0.01 passes your sampler; its power against the bug you fear is 0.2 at
+#    this sample size. What may you conclude? (`c4`) (a) the sampler has no such bug, with
+#    99% confidence; (b) little: the test misses that bug four times in five at this size,
+#    so draw more; (c) the sampler has the bug with probability 0.2.
+# 5. Which bins are pooled? (`c5`) (a) those with fewer than 5 observed draws; (b) those
+#    whose expected count under the null law is below 5, decided before looking at the data;
+#    (c) whichever make the p-value largest.
+#
+# <details><summary>Answers</summary>
+#
+# 1. (b). 2. One: 0.001 ≤ 0.01/4, but 0.004 > 0.01/3, and Holm stops there. 3. About 4: λ is
+# quadratic in the deviation. 4. (b). 5. (b): the merge cannot be tuned to the data.
+#
+# </details>
+
+# %% tags=["solution"]
+### BEGIN SOLUTION
+c1 = "b"
+c2 = 1
+c3 = 4
+c4 = "b"
+c5 = "b"
+### END SOLUTION
+
+# %%
+exercises.check("02b.c1", c1)
+exercises.check("02b.c2", c2)
+exercises.check("02b.c3", c3)
+exercises.check("02b.c4", c4)
+exercises.check("02b.c5", c5)
 
 # %% [markdown]
 # ## Checks
@@ -456,4 +503,18 @@ assert fwer_raw > 0.1 and fwer_holm <= LEVEL + 4 * np.sqrt(LEVEL / len(families)
 # 4. Power: the noncentral approximation matches scipy by hand and simulation; better drafts need more draws.
 assert abs(power_sim - power_lib) < 4 * np.sqrt(power_lib * (1 - power_lib) / N_POWER) + 0.03
 assert all(needed[a] < needed[b] for a, b in zip(matches, matches[1:]))
+# 5. The exercises' experiments: dividing counts by n divides X^2 by n; the rare token stands alone from 10,000
+#    draws on; 20 honest tests alarm as often as independence predicts; the draws ratio is (1 - match)^-2 times
+#    the degrees-of-freedom factor.
+assert np.isclose(freq_stat.statistic, pearson(broken_counts, expected) / N_DRAWS)
+assert bins_at == {3000: V - 1, 9990: V - 1, 10010: V}
+assert abs(fwer_raw - (1 - (1 - fa_pooled) ** K_TESTS)) < 4 * np.sqrt(0.2 * 0.8 / len(families))
+assert dof_at == {0.0: V - 2, 0.9: V - 1}  # the rare token pooled at match 0, on its own bin at match 0.9
+assert abs((needed[0.9] / needed[0.0]) / (quadratic_ratio * dof_factor) - 1) < 0.01
+# 6. Your exercises and concept check, as graded above.
+graded = exercises.results("02b")
+print(f"exercises and concept check: {sum(r.passed for r in graded)} of {len(graded)} right")
+### BEGIN SOLUTION
+assert len(graded) == 9 and all(r.passed for r in graded), [str(r) for r in graded]
+### END SOLUTION
 print(f"all primer checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")
