@@ -25,8 +25,10 @@
 #
 # **Grading.** 10 points: the residual (2), basic properties of your rule (2), and a hidden
 # statistical test (6) that runs `specbook.grading.check_token_rule` on your function with a seed
-# you do not know.  Run the *check your work* cell below: it runs the same checker and explains
-# what is wrong, if anything.
+# you do not know (and a second seed only if the first fails).  Write the rule yourself: a
+# function that calls `specbook`'s own verifiers or residual scores nothing on that part.
+# Run the *check your work* cell below: it runs the same checker and explains what is wrong, if
+# anything.
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import torch
@@ -58,8 +60,12 @@ q = torch.tensor([0.2, 0.5, 0.2, 0.1], dtype=torch.float64)
 assert torch.allclose(residual(p, q), torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64))
 assert torch.equal(residual(p, p), p), "when p == q, return target_probs (no NaN)"
 ### BEGIN HIDDEN TESTS
+# %xmode Minimal
 import specbook.verify
+from specbook.grading.own_work import VERIFIERS, assert_own_work
 
+assert_own_work(residual, forbidden=("specbook.verify.residual", "specbook.verify.last_law") + VERIFIERS,
+                calls=[(p, q), (p, p.clone())])
 g = torch.Generator().manual_seed(11)
 for _ in range(50):
     a = torch.rand(7, generator=g, dtype=torch.float64) * (torch.rand(7, generator=g) > 0.3)
@@ -114,6 +120,14 @@ check_token_rule(accept_token)
 # Short tracebacks: the feedback shows the checker's report, not this cell's source.
 # %xmode Minimal
 from specbook.grading import assert_token_rule
+from specbook.grading.own_work import VERIFIERS, assert_own_work
 
-assert_token_rule(accept_token, seed=20_240_917)
+_p = torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.float64)
+_q = torch.tensor([0.2, 0.5, 0.2, 0.1], dtype=torch.float64)
+_g = torch.Generator().manual_seed(1)
+# Your own residual may call what it likes: that is graded in part 1, not again here.
+assert_own_work(accept_token, forbidden=VERIFIERS + ("specbook.verify.residual", "specbook.verify.accepts"),
+                calls=[(_p, _q, x, _g) for x in (0, 1, 1, 1, 3)], allowed=(residual,))
+# A second seed only if the first one fails: a correct rule then loses these points with probability below 1e-6.
+assert_token_rule(accept_token, seed=20_240_917, retry_seed=20_240_919)
 ### END HIDDEN TESTS

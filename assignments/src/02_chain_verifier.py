@@ -26,7 +26,9 @@
 # Algorithm 1).  You may use `specbook.verify.residual` (imported below) for the residual.
 #
 # **Grading.** 10 points: properties (4) and a hidden statistical test (6) that runs
-# `specbook.grading.check_verifier` on your function with a seed you do not know.
+# `specbook.grading.check_verifier` on your function with a seed you do not know (and a second
+# seed only if the first fails).  Write the loop yourself: a `verify_row` that calls `specbook`'s
+# own verifiers (`verify_chain`, `verify_token`, ...) scores nothing.
 
 # %% nbgrader={"grade": false, "grade_id": "imports", "locked": true, "schema_version": 3, "solution": false}
 import torch
@@ -74,6 +76,12 @@ p2 = torch.tensor([[0.5, 0.5, 0.0, 0.0], [0.25, 0.25, 0.25, 0.25], [0.25, 0.25, 
 for _ in range(20):
     out = verify_row(p2, disjoint_q, torch.tensor([3, 0]), g)
     assert len(out) == 1 and int(out[0]) in (0, 1), f"the first draft is always rejected here: {out.tolist()}"
+### BEGIN HIDDEN TESTS
+# %xmode Minimal
+from specbook.grading.own_work import VERIFIERS, assert_own_work
+
+assert_own_work(verify_row, forbidden=VERIFIERS, calls=[(p, p[:2].clone(), drafts, g), (p2, disjoint_q, torch.tensor([3, 0]), g)])
+### END HIDDEN TESTS
 
 # %% [markdown] nbgrader={"grade": false, "grade_id": "check_text", "locked": true, "schema_version": 3, "solution": false}
 # ## Check your work
@@ -92,6 +100,11 @@ check_verifier(verify_row)
 # Short tracebacks: the feedback shows the checker's report, not this cell's source.
 # %xmode Minimal
 from specbook.grading import assert_verifier
+from specbook.grading.own_work import VERIFIERS, assert_own_work
 
-assert_verifier(verify_row, seed=7_340_021)
+_p = torch.tensor([[0.4, 0.3, 0.2, 0.1], [0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]], dtype=torch.float64)
+_g = torch.Generator().manual_seed(1)
+assert_own_work(verify_row, forbidden=VERIFIERS, calls=[(_p, _p[:2].flip(-1).clone(), torch.tensor([3, 1]), _g)] * 4)
+# A second seed only if the first one fails: a correct verifier then loses these points with probability below 1e-6.
+assert_verifier(verify_row, seed=7_340_021, retry_seed=7_340_023)
 ### END HIDDEN TESTS

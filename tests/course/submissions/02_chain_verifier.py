@@ -12,7 +12,14 @@ GREEDY_BONUS = '''def verify_row(target_probs, draft_probs, draft_tokens, genera
     return torch.tensor(out)
 '''
 
+BY_THE_LIBRARY = '''def verify_row(target_probs, draft_probs, draft_tokens, generator=None):
+    from specbook.verify import verify_chain
+    tokens, n = verify_chain(target_probs[None], draft_probs[None], draft_tokens[None], generator)
+    return tokens[0, : int(n[0])]
+'''
+
 # label -> (answers: grade_id -> code, cells that must lose all their points, words the feedback must show)
 BROKEN = {
     'greedy bonus': ({"verify_row": GREEDY_BONUS}, ("verify_law",), ["What went wrong", "bonus token", "last row"]),
+    "by the library": ({"verify_row": BY_THE_LIBRARY}, ("verify_properties", "verify_law"), ["write it yourself"]),
 }

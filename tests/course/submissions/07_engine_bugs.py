@@ -22,6 +22,6 @@ AFTER_REJECTION_B = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
 # label -> (answers: grade_id -> code, cells that must lose all their points, words the feedback must show)
 BROKEN = {
     'unfixed': ({"fixed_engine_a": ENGINE_A_UNFIXED}, ("fix_law",), ["What went wrong", "counts a draft twice"]),
-    'by the library': ({"fixed_engine_a": ENGINE_A_BY_THE_LIBRARY}, ("fix_law",), ["write the rule yourself"]),
+    'by the library': ({"fixed_engine_a": ENGINE_A_BY_THE_LIBRARY}, ("fix_law",), ["write it yourself"]),
     'parts swapped': ({"diagnosis": ENGINE_PARTS_SWAPPED}, ("diagnosis_a_tests", "diagnosis_b_tests"), ["compare how often engine A keeps a draft", "engine B keeps drafts exactly"]),
 }
