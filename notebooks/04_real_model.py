@@ -72,7 +72,7 @@ from specbook.models import LlamaTarget
 from specbook.models.chat import chat_ids
 from specbook.models.smollm2 import load_smollm2
 from specbook.sampling import GREEDY
-from specbook.teach import plots
+from specbook.teach import exercises, plots
 
 if FAST:  # the test suite shares the machine with other jobs: one thread never waits on a descheduled peer
     torch.set_num_threads(1)
@@ -594,9 +594,15 @@ fig
 # %% [markdown]
 # ## Exercises
 #
-# **1. Predict, then run.** Take the code-editing category's measured α. If
-# drafting were free (c = 0) and verification cost one pass (v = 1), what
-# speedup would γ = 4 give? Write your number down, then run the cell.
+# Each exercise has an answer cell and a check cell. Write your answer in place of the
+# `...`, run the cell, then run the check below it: it says whether the answer is right
+# and, if not, what to look at again. Your measurements differ from a classmate's, so the
+# checks compute what is right from the numbers this notebook measured.
+#
+# **1. Predict, then run.** Take the code-editing category's measured α (`alpha_code`,
+# below). If drafting were free (c = 0) and verification cost one pass (v = 1), what
+# speedup would γ = 4 give? Give it as `ideal_speedup`; the cell after the check compares it
+# with the prediction from your measured c and v.
 #
 # <details><summary>Solution</summary>
 #
@@ -605,17 +611,26 @@ fig
 # realized figures above are lower; the gap is what the hardware costs.
 # </details>
 
-# %%
+# %% tags=["solution"]
 alpha_code = per_cat["code_edit"]["alpha"]
+print(f"measured α of the code-editing category: {alpha_code:.3f}")
+### BEGIN SOLUTION
+ideal_speedup = sum(alpha_code**i for i in range(GAMMA + 1))
+### END SOLUTION
+
+# %%
+exercises.check("04.1", ideal_speedup, alpha_code)
+
+# %%
 ideal = theory.speedup(alpha_code, GAMMA, 0.0)
 print(f"α = {alpha_code:.2f}: ideal speedup {ideal:.2f}× against {prediction['code_edit'][0]:.2f}× with measured c and v")
-assert abs(ideal - sum(alpha_code ** i for i in range(GAMMA + 1))) < 1e-9  # E(α, γ) = 1 + α + ... + α^γ
-assert 1.0 <= ideal <= GAMMA + 1
 
 # %% [markdown]
-# **2. Does it pay?** Write `pays_off(alpha, gamma, c, v)` that says whether a
-# round of γ drafts beats plain decoding, using the inequality above, and check
-# it against `theory.speedup` for each drafter's measured α and c at γ = 4.
+# **2. Does it pay?** Write `pays_off(alpha, gamma, c, v)` that says (True or False)
+# whether a round of γ drafts beats plain decoding, using the inequality above; `v` is a
+# function, the verify cost of n positions (as `v_at`, your measured float32 curve). The check
+# compares it with `theory.speedup` for each drafter's measured α and c at γ = 4, and on a
+# grid of made-up α, γ, c and curves.
 #
 # <details><summary>Solution</summary>
 #
@@ -626,22 +641,30 @@ assert 1.0 <= ideal <= GAMMA + 1
 # Dividing both sides by the right side shows it is exactly "speedup > 1".
 # </details>
 
-# %%
+# %% tags=["solution"]
 def pays_off(alpha: float, gamma: int, c: float, v) -> bool:
     """True when a round of ``gamma`` drafts yields more tokens than it costs target passes."""
+    ### BEGIN SOLUTION
     return float(theory.expected_tokens(alpha, gamma)) > gamma * c + v(gamma + 1)
+    ### END SOLUTION
 
 
+# %%
+exercises.check("04.2", pays_off, side, v_at)
+
+# %%
 for name, m in side.items():
     s = theory.speedup(m["alpha"], GAMMA, m["c"], verify_cost=lambda g: v_at(g + 1))
-    print(f"{name:10s} α = {m['alpha']:.2f}, c = {m['c']:.3f}: pays off: {pays_off(m['alpha'], GAMMA, m['c'], v_at)}")
-    assert pays_off(m["alpha"], GAMMA, m["c"], v_at) == (s > 1)
+    print(f"{name:10s} α = {m['alpha']:.2f}, c = {m['c']:.3f}: predicted speedup {s:.2f}×")
 
 # %% [markdown]
-# **3. Choose γ for your machine.** For the distilled draft's measured α and c,
-# which γ in 1..8 maximises the predicted speedup with your float32 curve, and
-# with your bfloat16 curve? Predict first: should a flatter curve ask for a
-# longer or a shorter draft?
+# **3. Choose γ for your machine.** Write `best_gamma(alpha, c, cv)`: the γ in 1..8
+# that maximises the predicted speedup under the verify-cost curve `cv` (a dict with the
+# timed sizes `cv["n"]` and their costs `cv["v"]`, as in `curves`; read v between the timed
+# sizes by linear interpolation, `np.interp`). The check tries it on the distilled draft's
+# measured α and c with your float32 and bfloat16 curves, and on made-up ones. Then
+# predict: should a flatter curve ask for a longer or a shorter draft? (`flatter_curve`)
+# (a) at least as long; (b) shorter; (c) the curve does not matter.
 #
 # <details><summary>Solution</summary>
 #
@@ -650,19 +673,73 @@ for name, m in side.items():
 # under the flatter curve is at least as long (given the same α and c).
 # </details>
 
-# %%
+# %% tags=["solution"]
 def best_gamma(alpha: float, c: float, cv: dict) -> int:
     """The γ in 1..8 with the highest predicted speedup under the verify-cost curve ``cv``."""
+    ### BEGIN SOLUTION
     vf = lambda g: float(np.interp(g + 1, cv["n"], cv["v"]))  # noqa: E731
     return max(range(1, 9), key=lambda g: theory.speedup(alpha, g, c, verify_cost=vf))
+    ### END SOLUTION
 
 
-choice = {name: best_gamma(side["draft"]["alpha"], side["draft"]["c"], cv) for name, cv in curves.items()}
-print("best γ for the distilled draft:", choice)
+### BEGIN SOLUTION
+flatter_curve = "a"
+### END SOLUTION
+
+# %%
+exercises.check("04.3", best_gamma, flatter_curve, side["draft"], curves)
+
+# %%
 for name, cv in curves.items():
-    vf = lambda g, cv=cv: float(np.interp(g + 1, cv["n"], cv["v"]))  # noqa: E731
-    scores = [theory.speedup(side["draft"]["alpha"], g, side["draft"]["c"], verify_cost=vf) for g in range(1, 9)]
-    assert choice[name] == 1 + int(np.argmax(scores))
+    library_best = theory.optimal_gamma(side["draft"]["alpha"], side["draft"]["c"], max_gamma=8,
+                                        verify_cost=lambda g, cv=cv: float(np.interp(g + 1, cv["n"], cv["v"])))
+    print(f"{name}: theory.optimal_gamma says γ = {library_best[0]} ({library_best[1]:.2f}×; γ = 0 means do not "
+          "speculate)")
+
+# %% [markdown]
+# ## Concept check
+#
+# Five short questions on the whole lesson. Give numbers as numbers and a choice as its
+# letter in quotes (`"b"`), then run the check cell.
+#
+# 1. On which workload does prompt lookup reach its highest α? (`c1`) (a) open chat;
+#    (b) editing code that the prompt contains; (c) arithmetic questions.
+# 2. A drafter measures α = 0.5 at γ = 4 with c = 0.02 on a machine whose v(5) = 1.3. What
+#    speedup does lesson 3's formula predict? (`c2`)
+# 3. Why is layer skipping slower than plain decoding on SmolLM2? (`c3`) (a) its guesses
+#    are never accepted; (b) a draft step costs almost a whole target step, so a round costs
+#    about γ + v(γ + 1) passes while it can yield at most γ + 1 tokens; (c) it changes the
+#    text, so more tokens must be generated.
+# 4. The verify cost v(γ + 1) is a property of (`c4`) (a) the drafter; (b) the hardware and
+#    the number type; (c) the workload.
+# 5. In "acceptance by position", why can the number of *tested* drafts only fall with
+#    depth? (`c5`) (a) the drafter proposes fewer tokens deeper in a round; (b) a draft at
+#    depth i + 1 is tested only if the one at depth i was accepted; (c) deeper positions take
+#    the target longer.
+#
+# <details><summary>Answers</summary>
+#
+# 1. (b). 2. E(0.5, 4) / (4 · 0.02 + 1.3) = 1.9375 / 1.38 ≈ 1.40. 3. (b). 4. (b): the lesson
+# measures it in float32 and bfloat16. 5. (b); lookup does often draft fewer than γ, but the
+# counts would fall even if it never did.
+#
+# </details>
+
+# %% tags=["solution"]
+### BEGIN SOLUTION
+c1 = "b"
+c2 = 1.40
+c3 = "b"
+c4 = "b"
+c5 = "b"
+### END SOLUTION
+
+# %%
+exercises.check("04.c1", c1)
+exercises.check("04.c2", c2)
+exercises.check("04.c3", c3)
+exercises.check("04.c4", c4)
+exercises.check("04.c5", c5)
 
 # %% [markdown]
 # ## Checks
@@ -693,4 +770,12 @@ assert 0.0 < covered <= 1.0 and own_draft_params < n_params / 5
 m = per_cat[categories[0]]
 by_hand = theory.expected_tokens(m["alpha"], GAMMA) / (GAMMA * c + v_at(GAMMA + 1))
 assert abs(prediction[categories[0]][0] - by_hand) < 1e-12
+# 7. The exercises' experiments: the ideal speedup is E(α, γ), between 1 and γ + 1.
+assert abs(ideal - sum(alpha_code ** i for i in range(GAMMA + 1))) < 1e-9 and 1.0 <= ideal <= GAMMA + 1
+# 8. Your exercises and concept check, as graded above.
+graded = exercises.results("04")
+print(f"exercises and concept check: {sum(r.passed for r in graded)} of {len(graded)} right")
+### BEGIN SOLUTION
+assert len(graded) == 8 and all(r.passed for r in graded), [str(r) for r in graded]
+### END SOLUTION
 print(f"all lesson-4 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")
