@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -72,7 +74,7 @@ from specbook.drafters.medusa import MedusaDrafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.sampling import GREEDY, SamplingParams
 from specbook.bench.timing import verify_cost_curve
-from specbook.teach import diagrams, plots
+from specbook.teach import diagrams, exercises, plots
 from specbook.teach.plots import draw_tree
 from specbook.tree_attention import tree_mask
 from specbook.tree_paths import from_paths, leaf_paths
@@ -470,10 +472,15 @@ for name, law in sibling_laws.items():
 # %% [markdown]
 # ## Exercises
 #
+# Each exercise has an answer cell and a check cell. Write your answer in place of the
+# `...`, run the cell, then run the check below it: it says whether the answer is right
+# and, if not, what to look at again.
+#
 # **1. Predict, then run.** For the choice list
 # `[[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]`: how many nodes does
-# the tree have, how many root-to-leaf paths, and how many entries of the
-# attention-mask row of node `[0, 0, 0]` are True?
+# the tree have (`n_nodes`), how many root-to-leaf paths (`n_paths`), and how many entries
+# of the attention-mask row of node `[0, 0, 0]` are True (`mask_row_true`)? The cell after
+# the check builds the tree.
 #
 # <details><summary>Solution</summary>
 #
@@ -483,17 +490,28 @@ for name, law in sibling_laws.items():
 # this node-by-node mask).
 # </details>
 
+# %% tags=["solution"]
+### BEGIN SOLUTION
+n_nodes = 7
+n_paths = 4
+mask_row_true = 3
+### END SOLUTION
+
+# %%
+exercises.check("05.1", n_nodes, n_paths, mask_row_true)
+
 # %%
 ex_tree = from_paths([[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]])
 ex_mask = tree_mask(ex_tree.parents)
 print(len(ex_tree.parents), "nodes,", len(leaf_paths(ex_tree.parents)), "paths, mask row of [0, 0, 0]:",
       ex_mask[-1].int().tolist())
-assert len(ex_tree.parents) == 7 and len(leaf_paths(ex_tree.parents)) == 4 and int(ex_mask[-1].sum()) == 3
+draw_tree(ex_tree.parents, context_length=2)
 
 # %% [markdown]
 # **2. Medusa's labels.** Write `medusa_labels(tokens, t, K)`: the K tokens the
 # heads should predict when the target has read `tokens[: t + 1]` (0-based t),
-# with -100 past the end. Check it against the trainer on the sequence above.
+# with -100 past the end. The check compares it with the trainer's labels (`labels_`) on the
+# sequence of section 4, at every reply position.
 #
 # <details><summary>Solution</summary>
 #
@@ -506,33 +524,83 @@ assert len(ex_tree.parents) == 7 and len(leaf_paths(ex_tree.parents)) == 4 and i
 # ```
 # </details>
 
-# %%
+# %% tags=["solution"]
 def medusa_labels(tokens, t: int, K: int) -> list[int]:
-    """Head k's label (k = 1..K) after the target read tokens[: t + 1]: tokens[t + k + 1], -100 past the end."""
+    """Head k's label (k = 1..K) after the target read tokens[: t + 1], -100 past the end."""
+    ### BEGIN SOLUTION
     return [int(tokens[t + k + 1]) if t + k + 1 < len(tokens) else -100 for k in range(1, K + 1)]
+    ### END SOLUTION
 
 
-assert [medusa_labels(tok, t, K) for t in range(P - 1, len(tok) - 1)] == labels_.tolist()
-print("medusa_labels agrees with the trainer at all", len(labels_), "reply positions")
+# %%
+exercises.check("05.2", medusa_labels, tok, P, labels_)
 
 # %% [markdown]
 # **3. A tree budget from the stopwatch.** Using the measured tree verify-cost
-# curves above, what is the largest timed node count whose pass costs at most
-# 1.5 plain passes, in float32 and in bfloat16? Predict which dtype allows the
-# bigger tree on your machine before running.
+# curves of section 3b (`tree_curves`), what is the largest timed node count whose pass costs
+# at most 1.5 plain passes, in float32 and in bfloat16? Give a dict, `tree_budget =
+# {"float32": ..., "bfloat16": ...}`. Before computing it, predict which dtype allows the
+# bigger tree on your machine (`bigger_tree`): (a) float32; (b) bfloat16; (c) the same.
 #
 # <details><summary>Solution</summary>
 #
 # Keep the sizes n with v(n) ≤ 1.5 and take the largest (n = 1 always
 # qualifies). The flatter curve, bfloat16 where it is native, allows the bigger
-# tree; a big tree there costs little more than a chain.
+# tree; a big tree there costs little more than a chain. Where the timed sizes are
+# few (fast mode) both budgets can be the same.
 # </details>
 
+# %% tags=["solution"]
+### BEGIN SOLUTION
+tree_budget = {name: max(n for n, x in zip(cv["n"], cv["v"]) if x <= 1.5) for name, cv in tree_curves.items()}
+bigger_tree = ("b" if tree_budget["bfloat16"] > tree_budget["float32"]
+               else "a" if tree_budget["float32"] > tree_budget["bfloat16"] else "c")
+### END SOLUTION
+
 # %%
-budget = {name: max(n for n, x in zip(cv["n"], cv["v"]) if x <= 1.5) for name, cv in tree_curves.items()}
-print("largest tree with v(n) <= 1.5:", budget)
-for name, cv in tree_curves.items():
-    assert budget[name] in cv["n"] and all(x > 1.5 for n, x in zip(cv["n"], cv["v"]) if n > budget[name])
+exercises.check("05.3", tree_budget, bigger_tree, tree_curves)
+
+# %% [markdown]
+# ## Concept check
+#
+# Five short questions on the whole lesson. Give numbers as numbers and a choice as its
+# letter in quotes (`"b"`), then run the check cell.
+#
+# 1. Number the depths from 0 (the root's children). How many True entries has the
+#    attention-mask row of a node at depth 2? (`c1`)
+# 2. The target has read x_1 … x_t and its own LM head predicts x_{t+1}. Medusa head k
+#    (k = 1..K) is trained to predict (`c2`) (a) x_{t+k}; (b) x_{t+k+1}; (c) x_{t+k+2}.
+# 3. Medusa's typical acceptance (`c3`) (a) is lossless, and faster than rejection
+#    sampling; (b) is biased towards the candidates: the heads' preferences leak into the
+#    output; (c) is lossless at temperature 1 only.
+# 4. A head proposes its top-2 tokens (distinct, chosen without replacement) as two
+#    siblings, and the verifier is given the head's q for both. (`c4`) (a) the output still
+#    follows the target's law; (b) it does not: the candidates must be handed over as fixed
+#    (one-hot) for the tree rule to be exact.
+# 5. How many flop per weight byte does a 64-node verify pass do in bfloat16? (`c5`)
+#
+# <details><summary>Answers</summary>
+#
+# 1. 3: itself and its two ancestors. 2. (b). 3. (b). 4. (b): the proof needs independent
+# draws from the reported q, or fixed candidates. 5. 2 · 64 / 2 = 64.
+#
+# </details>
+
+# %% tags=["solution"]
+### BEGIN SOLUTION
+c1 = 3
+c2 = "b"
+c3 = "b"
+c4 = "b"
+c5 = 64
+### END SOLUTION
+
+# %%
+exercises.check("05.c1", c1)
+exercises.check("05.c2", c2)
+exercises.check("05.c3", c3)
+exercises.check("05.c4", c4)
+exercises.check("05.c5", c5)
 
 # %% [markdown]
 # ## Checks: what this lesson taught
@@ -559,4 +627,12 @@ assert pvalues["lossless tree rule"] > LEVEL and pvalues["typical acceptance"] <
 #    verified with the heads' q is not, which is why the drafters hand their trees over as fixed.
 laws_found = list(sibling_laws.values())
 assert laws_found[0] == laws_found[1] == p_root and laws_found[2] != p_root
+# 8. Exercise 1's tree: seven nodes, four leaves, and the deepest node's mask row holds it and its two ancestors.
+assert len(ex_tree.parents) == 7 and len(leaf_paths(ex_tree.parents)) == 4 and int(ex_mask[-1].sum()) == 3
+# 9. Your exercises and concept check, as graded above.
+graded = exercises.results("05")
+print(f"exercises and concept check: {sum(r.passed for r in graded)} of {len(graded)} right")
+### BEGIN SOLUTION
+assert len(graded) == 8 and all(r.passed for r in graded), [str(r) for r in graded]
+### END SOLUTION
 print(f"all lesson-5 checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")
