@@ -12,6 +12,10 @@ metadata, so sliders and their plots show their last drawn state without a
 kernel; math is typeset by MathJax in the reader's browser. ``index.html``
 lists the lessons, with the first heading of each as its title.
 
+Solutions are folded: a code cell tagged ``solution`` (an exercise's answer cell) is wrapped,
+input and output, in a closed ``<details>`` element, and the lessons' ``<details>`` solution
+text in the markdown stays a closed ``<details>``; a reader opens either with one click.
+
 A cell that raises stops the build with the lesson's name and the error: a
 page with a traceback in it is never written. The site is plain files: open
 ``build/site/index.html`` in a browser, or serve the folder with
@@ -62,11 +66,29 @@ def count_figures(nb) -> int:
                for out in cell.get("outputs", []) if any(m in out.get("data", {}) for m in IMAGE_MIMES))
 
 
+# The JupyterLab template, with every code cell tagged "solution" folded (input and output) in a
+# closed <details> element. Markdown <details> blocks pass through as HTML and are closed already.
+FOLD_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{% block codecell %}
+{%- if 'solution' in cell.metadata.get('tags', []) -%}
+<details class="specbook-solution"><summary>Solution (code and output): click to open</summary>
+{{ super() }}
+</details>
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{% endblock codecell %}
+"""
+
+
 def render_html(nb) -> str:
-    """One executed notebook as a standalone HTML page (JupyterLab template, images inline)."""
+    """One executed notebook as a standalone HTML page (JupyterLab template, images inline, solutions folded)."""
+    import jinja2
     from nbconvert import HTMLExporter
 
-    body, _resources = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    exporter = HTMLExporter(template_name="lab", template_file="specbook_fold.html.j2",
+                            extra_loaders=[jinja2.DictLoader({"specbook_fold.html.j2": FOLD_TEMPLATE})])
+    body, _resources = exporter.from_notebook_node(nb)
     return body
 
 

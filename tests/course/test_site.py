@@ -15,6 +15,11 @@ holds a traceback or an ``...Error`` (error outputs and stderr streams both
 render as ``application/vnd.jupyter.stderr``). The index must link to exactly
 the lessons that exist. ``test_page_checks_catch_a_broken_page`` shows each
 check firing on a deliberately broken page and staying quiet on a clean one.
+
+Solutions are folded: every code cell tagged ``solution`` renders inside a closed
+``<details class="specbook-solution">``, and markdown ``<details>`` solution text stays closed;
+``test_solutions_are_folded_until_opened`` checks in Chromium that neither is visible until its
+summary is clicked (a figure inside a folded solution is not required to have a size).
 """
 from __future__ import annotations
 
@@ -55,7 +60,8 @@ _FIGURES_JS = """() => [...document.querySelectorAll('.jp-OutputArea-output img,
     .map(el => {
         const box = el.getBoundingClientRect();
         const decoded = el.tagName.toLowerCase() !== 'img' || (el.complete && el.naturalWidth > 0);
-        return {tag: el.tagName.toLowerCase(), width: box.width, height: box.height, decoded};
+        const folded = el.closest('details:not([open])') !== null;  // inside a closed solution: no size yet
+        return {tag: el.tagName.toLowerCase(), width: box.width, height: box.height, decoded, folded};
     })"""
 
 _STDERR_JS = """() => [...document.querySelectorAll('[data-mime-type="application/vnd.jupyter.stderr"]')]
@@ -98,7 +104,7 @@ def page_problems(page, path: Path, min_figures: int) -> list[str]:
     if len(figures) < min_figures:
         problems.append(f"{path.name}: {len(figures)} figures shown, the notebook has {min_figures}")
     for i, fig in enumerate(figures):
-        if not (fig["decoded"] and fig["width"] > 0 and fig["height"] > 0):
+        if not (fig["decoded"] and (fig["folded"] or (fig["width"] > 0 and fig["height"] > 0))):
             problems.append(f"{path.name}: figure {i} ({fig['tag']}) shows nothing: {fig}")
     problems += [f"{path.name}: error output: {text[:300]}" for text in stderr if _ERROR_WORD.search(text)]
     problems += [f"{path.name}: traceback in an output: {text[:300]}" for text in outputs
@@ -120,10 +126,18 @@ def test_site_pages_load_show_figures_and_hold_no_errors(tmp_path, page):
 
     problems = []
     for built in pages:
-        problems += page_problems(page, tmp_path / "site" / f"{built.name}.html", max(built.figures, 1))
+        path = tmp_path / "site" / f"{built.name}.html"
+        problems += page_problems(page, path, max(built.figures, 1))
         # Every lesson ends by printing that its checks passed, and in which mode it ran.
         if not _CHECKS_PASSED.search(page.inner_text("body")):
             problems.append(f"{built.name}.html: no 'all lesson-N checks passed ... (fast mode: True)' line")
+        # Every answer cell is folded, and nothing folded is open when the page loads.
+        solutions = solution_cells(nbformat.read(ROOT / "notebooks" / f"{built.name}.ipynb", as_version=4))
+        folded = page.locator("details.specbook-solution").count()
+        if folded != solutions:
+            problems.append(f"{built.name}.html: {folded} folded solution cells, the notebook has {solutions}")
+        if page.eval_on_selector_all("details", "els => els.filter(e => e.open).length"):
+            problems.append(f"{built.name}.html: a <details> block is open when the page loads")
     assert not problems, "\n".join(problems)
 
     page.goto((tmp_path / "site" / "index.html").as_uri())
@@ -149,6 +163,11 @@ def _png(width: int, height: int) -> str:
     fig.savefig(buf, format="png")
     plt.close(fig)
     return base64.b64encode(buf.getvalue()).decode()
+
+
+def solution_cells(nb) -> int:
+    """Code cells tagged ``solution``: what the page must fold."""
+    return sum(1 for c in nb.cells if c.cell_type == "code" and "solution" in c.metadata.get("tags", []))
 
 
 def _page_of(tmp_path: Path, name: str, outputs: list) -> Path:
@@ -185,3 +204,41 @@ def test_page_checks_catch_a_broken_page(tmp_path, page):
     thrown = _page_of(tmp_path, "thrown", [figure])
     thrown.write_text(thrown.read_text().replace("</body>", "<script>null.boom()</script></body>"))
     assert any("script error" in line for line in page_problems(page, thrown, 1))
+
+
+def test_solutions_are_folded_until_opened(tmp_path, page):
+    """A solution cell (input, output, figure) and a markdown solution stay hidden until their summary is clicked."""
+    new_output = nbformat.v4.new_output
+    nb = nbformat.v4.new_notebook()
+    question = nbformat.v4.new_markdown_cell("**Exercise.** How many?\n\n<details><summary>Solution</summary>\n\n"
+                                             "Exactly seventeen, because of the bonus token.\n\n</details>")
+    answer = nbformat.v4.new_code_cell("### BEGIN SOLUTION\nanswer_value = 17\n### END SOLUTION", execution_count=1)
+    answer.metadata["tags"] = ["solution"]
+    answer.outputs = [new_output("stream", name="stdout", text="the answer printed here\n"),
+                      new_output("display_data", data={"image/png": _png(200, 120), "text/plain": "<Figure>"})]
+    check = nbformat.v4.new_code_cell('exercises.check("01.1", answer_value)', execution_count=2)
+    check.outputs = [new_output("stream", name="stdout", text="a visible check line\n")]
+    nb.cells = [question, answer, check]
+    path = tmp_path / "folded.html"
+    path.write_text(build_site.render_html(nb), encoding="utf-8")
+    assert page_problems(page, path, 1) == []  # the folded figure is no missing figure
+
+    def visible(text: str) -> bool:
+        return page.get_by_text(text).first.is_visible()
+
+    assert page.locator("details.specbook-solution").count() == 1
+    assert not visible("Exactly seventeen") and not visible("the answer printed here")
+    assert not page.locator("details.specbook-solution img").first.is_visible()
+    assert visible("How many?") and visible("a visible check line")
+    page.locator("details.specbook-solution > summary").click()
+    assert visible("the answer printed here") and page.locator("details.specbook-solution img").first.is_visible()
+    assert not visible("Exactly seventeen")  # each fold opens on its own
+    page.locator("details:not(.specbook-solution) > summary").click()
+    assert visible("Exactly seventeen")
+    # The broken twin: the plain lab template folds nothing.
+    from nbconvert import HTMLExporter
+
+    plain = tmp_path / "plain.html"
+    plain.write_text(HTMLExporter(template_name="lab").from_notebook_node(nb)[0], encoding="utf-8")
+    page.goto(plain.as_uri(), wait_until="load")
+    assert page.locator("details.specbook-solution").count() == 0 and visible("the answer printed here")
