@@ -605,7 +605,7 @@ print(f"largest logit difference, batched against alone: {', '.join(f'{e:.1e}' f
 
 # %%
 parents = torch.tensor([-1, -1, 0, 0, 1, 2])  # six nodes: two roots' children, then two levels below
-nodes = [truth[0], (truth[0] + 7) % model.config.vocab_size, truth[1], 5, 6, truth[2]]  # the path 0 → 2 → 5 is right
+nodes = [truth[0], (truth[0] + 7) % model.config.vocab_size, truth[1], 5, 6, truth[2]]  # path 0 → 2 → 5: the text
 fed_parents = torch.cat([torch.tensor([-1]), torch.where(parents < 0, 0, parents + 1)])  # the pending token is the root
 path = [0, 1, 3, 6]  # fed indices: the root, node 0, node 2, node 5
 smol.reset(1)
@@ -643,6 +643,19 @@ print(f"kept keys against a chain pass over the path: largest difference {tree_e
 # * **c5.** A row holds 30 tokens; a tree pass feeds the pending token and 6 nodes; the
 #   accepted path has 2 nodes. After `keep`, how long is the row, and how many of the
 #   entries the pass wrote were dropped? (two numbers)
+#
+# Give two numbers as a pair, `(45, 43)`, and a choice as its letter in quotes, `"b"`.
+#
+# <details><summary>Answers</summary>
+#
+# c1. (45, 43): the forward writes the pending token and the 4 drafts; the rollback keeps
+# the pending token and the 2 accepted drafts. c2. (c): the corrected or bonus token comes
+# out of the pass's logits and is fed only in the next pass. c3. (b): nothing raises; the
+# cache just holds more than the text. c4. (32, 29): each row keeps its pending token and
+# its own accepted drafts. c5. (33, 4): the root and the 2 path nodes are packed after the
+# 30 cached tokens; of the 7 entries written, the 4 nodes off the path are dropped.
+#
+# </details>
 
 # %% tags=["solution"]
 ### BEGIN SOLUTION
@@ -660,8 +673,8 @@ for key, answer in (("04b.c1", c1), ("04b.c2", c2), ("04b.c3", c3), ("04b.c4", c
 # %% [markdown]
 # ## Checks
 #
-# What the lesson claimed about the library and the cache, asserted, and the state of
-# your exercises. (With exercises still open, the cell says so and does not fail.)
+# What the lesson claimed about the library and the cache, asserted, so that a wrong
+# library would stop this notebook; then your own answers.
 
 # %%
 # 1. The library's loop keeps one length per row, and the rows accept different numbers of drafts.
@@ -678,14 +691,11 @@ assert max(row_errors) < 1e-3, row_errors
 assert tree_error < 1e-4, tree_error
 # 6. Greedy speculative decoding with the library's loop equals plain decoding.
 assert library_equal
-# 7. The exercises and the concept check: none wrong; all right in the instructor's edition.
-results = exercises.results("04b")
-assert len(results) == 11, [r.key for r in results]
-wrong = [str(r) for r in results if r.status == "wrong"]
-assert not wrong, wrong
-assert mine_equal in (None, True), "your cached_decode differs from plain decoding on SmolLM2"
-open_items = [r.key for r in results if not r.passed]
-if open_items:
-    print(f"library checks passed; still to answer: {', '.join(open_items)} (fast mode: {FAST})")
-else:
-    print(f"all lesson-4b checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")
+# 7. Your exercises and concept check, as graded above.
+graded = exercises.results("04b")
+print(f"exercises and concept check: {sum(r.passed for r in graded)} of {len(graded)} right")
+### BEGIN SOLUTION
+assert len(graded) == 11 and all(r.passed for r in graded), [str(r) for r in graded]
+assert mine_equal is not False, "your cached_decode differs from plain decoding on SmolLM2"
+### END SOLUTION
+print(f"all lesson-4b checks passed in {time.perf_counter() - _started:.1f} s (fast mode: {FAST})")

@@ -1,5 +1,5 @@
-"""Lesson 4b (write the loop) runs headless in fast mode, with stubs as well as with its solutions, and
-its checks catch a broken loop.
+"""Lesson 4b (write the loop) runs headless in fast mode, in the instructor's edition and in the student
+edition (answers stubbed), and its checks catch a broken loop.
 
 The lesson is executed by ``nbclient`` as ``tests/course/test_notebooks.py`` executes the toy lessons.  It
 uses SmolLM2-135M where the weights are on disk and a small random Llama where they are not, so it runs
@@ -8,7 +8,6 @@ by the exercise's check, and the lesson's final Checks cell must then stop with 
 """
 from __future__ import annotations
 
-import ast
 import json
 import re
 import time
@@ -37,7 +36,8 @@ def lesson():
 
 def execute(nb, timeout: int = 600) -> float:
     start = time.perf_counter()
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}}).execute()
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client.execute()
     return time.perf_counter() - start
 
 
@@ -53,20 +53,6 @@ def solution_cell(nb, marker: str):
     return cells[0]
 
 
-def stub(source: str, key: str) -> str:
-    """The student edition's stub of every BEGIN/END SOLUTION region (specbook.teach.exercises' convention):
-    inside a function body, ``raise NotImplementedError``; at top level, ``name = ...`` per bound name."""
-    def replace(match):
-        indent, body = match.group(1), match.group(2)
-        if indent:
-            return f'{indent}raise NotImplementedError("Exercise {key}: write this function")\n'
-        names = [t.id for node in ast.parse(body).body if isinstance(node, ast.Assign)
-                 for t in node.targets if isinstance(t, ast.Name)]
-        return "".join(f"{n} = ...\n" for n in names)
-    return re.sub(r"^([ \t]*)### BEGIN SOLUTION\n(.*?)^[ \t]*### END SOLUTION\n?", replace, source,
-                  flags=re.MULTILINE | re.DOTALL)
-
-
 def test_lesson_runs_in_fast_mode_and_its_checks_pass():
     nb = lesson()
     elapsed = execute(nb)
@@ -75,6 +61,7 @@ def test_lesson_runs_in_fast_mode_and_its_checks_pass():
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code"), "a code cell did not run"
     text = text_of(nb)
     assert "all lesson-4b checks passed" in text and "fast mode: True" in text
+    assert "exercises and concept check: 11 of 11 right" in text
     for key in KEYS:
         assert f"✓ {key}: right" in text, key
     assert any("image/png" in o.get("data", {}) for c in nb.cells for o in c.get("outputs", [])), "no figure"
@@ -98,20 +85,19 @@ def test_every_exercise_is_a_solution_region_with_a_check():
     assert checked == KEYS[:6]
     solutions = [c for c in nb.cells if "solution" in c.metadata.get("tags", [])]
     assert len(solutions) == 7 and all("### BEGIN SOLUTION" in c.source for c in solutions)
+    assert "### BEGIN SOLUTION" in nb.cells[-1].source  # the Checks cell asserts the answers in the instructor's edition
 
 
-def test_with_stubs_the_lesson_runs_and_every_check_says_not_answered():
-    nb = lesson()
-    for cell in nb.cells:
-        if "solution" in cell.metadata.get("tags", []):
-            cell.source = stub(cell.source, "04b")
-    assert "BEGIN SOLUTION" not in "\n".join(c.source for c in nb.cells)
+def test_the_student_edition_runs_and_every_check_says_not_answered():
+    edition = pytest.importorskip("specbook.teach.edition")
+    nb, stubs = edition.student_notebook(lesson(), NAME)
+    assert sum(map(len, stubs.values())) == 9 and "BEGIN SOLUTION" not in "\n".join(c.source for c in nb.cells)
     execute(nb)
     text = text_of(nb)
     for key in KEYS:
         assert f"· {key}: not answered" in text, key
-    assert "still to answer: " + ", ".join(sorted(KEYS)) in text
-    assert "04b.6 is not answered or not right yet" in text
+    assert "exercises and concept check: 0 of 11 right" in text
+    assert "04b.6 is not answered or not right yet" in text and "all lesson-4b checks passed" in text
 
 
 def test_a_loop_without_rollback_is_called_wrong_and_the_checks_fail():

@@ -29,6 +29,7 @@ from ...protocols import Draft
 from ...sampling import GREEDY, SamplingParams
 from ...toy import make_toy_pair
 from . import Wrong, grader
+from .lesson_01 import call, choice, whole
 
 ALPHA = 1e-4  # level of each law test; a failure is rerun once with the second seed
 SEEDS = (40_201, 40_202)
@@ -48,16 +49,6 @@ def law_pair():
     """The pair of the law tests: a poorer draft (30% the target), so that a wrong refill after a
     rejection moves the law far enough to be seen in 1000 sequences (p < 1e-6 for a refill from p)."""
     return make_toy_pair(vocab_size=6, order=1, match=0.3, seed=0)
-
-
-def _call(what: str, fn: Callable, *args):
-    """``fn(*args)``; an exception other than a missing answer or a failed check becomes a Wrong."""
-    try:
-        return fn(*args)
-    except (NotImplementedError, AssertionError):
-        raise
-    except Exception as err:  # noqa: BLE001 - the reader's code may raise anything; say what
-        raise Wrong(f"{what} raised {type(err).__name__}: {err}") from err
 
 
 def _token_list(what: str, value) -> list[int]:
@@ -229,7 +220,7 @@ def _draft_tokens(draft_tokens):
     _, draft_model = toy_pair()
     params, context, V = SamplingParams(), [2, 3], draft_model.vocab_size
     given = list(context)
-    result = _call("draft_tokens", draft_tokens, draft_model, given, TOY_GAMMA, params, torch.Generator().manual_seed(1))
+    result = call(draft_tokens, draft_model, given, TOY_GAMMA, params, torch.Generator().manual_seed(1))
     if given != context:
         raise Wrong("draft_tokens changed the context it was given: build a new list (context + drafts) instead")
     if not (isinstance(result, tuple) and len(result) == 2):
@@ -248,11 +239,12 @@ def _draft_tokens(draft_tokens):
         if want[x] == 0:
             raise Wrong(f"draft {i} is token {x}, which the draft model gives probability 0 there")
     law = draft_model.sequence_law(context, 2, params)
-    (pvalue,) = _law_tests("draft_tokens",
-                           lambda g: [tuple(_token_list("the drafted tokens",
-                                                        _call("draft_tokens", draft_tokens, draft_model, list(context),
-                                                              2, params, g)[0]))],
-                           [law], 1000)
+
+    def draw(g):
+        tokens, _ = call(draft_tokens, draft_model, list(context), 2, params, g)
+        return [tuple(_token_list("the drafted tokens", tokens))]
+
+    (pvalue,) = _law_tests("draft_tokens", draw, [law], 1000)
     print(f"  1000 two-token drafts against the draft model's exact law: chi-square p = {pvalue:.2f}")
 
 
@@ -265,7 +257,7 @@ def _toy_round(toy_round):
         want = library_round(target, draft_model, [context], TOY_GAMMA)[0]
         before = target.forward_calls
         got = _token_list("toy_round's result",
-                          _call("toy_round", toy_round, target, draft_model, list(context), TOY_GAMMA, GREEDY, g))
+                          call(toy_round, target, draft_model, list(context), TOY_GAMMA, GREEDY, g))
         passes = target.forward_calls - before
         if passes != 1:
             raise Wrong(f"a round makes exactly one target pass, over the context and all {TOY_GAMMA} drafts "
@@ -280,9 +272,10 @@ def _toy_round(toy_round):
 
     def draw(g):
         block = _token_list("toy_round's result",
-                            _call("toy_round", toy_round, target, draft_model, [0], LAW_GAMMA, params, g))
+                            call(toy_round, target, draft_model, [0], LAW_GAMMA, params, g))
         if not 1 <= len(block) <= LAW_GAMMA + 1:
-            raise Wrong(f"a round with {LAW_GAMMA} drafts emits 1 to {LAW_GAMMA + 1} tokens; yours emitted {len(block)}")
+            raise Wrong(f"a round with {LAW_GAMMA} drafts emits 1 to {LAW_GAMMA + 1} tokens; "
+                        f"yours emitted {len(block)}")
         return [_complete(target, [0], block, LAW_LENGTH, params, g)]
 
     (pvalue,) = _law_tests("toy_round", draw, [law], 1000)
@@ -298,7 +291,7 @@ def _toy_generate(toy_generate):
         want = speculative_generate(target, DraftModelDrafter(draft_model), torch.tensor(prompt), 10, params=GREEDY,
                                     gamma=TOY_GAMMA).new_tokens[0].tolist()
         got = _token_list("toy_generate's result",
-                          _call("toy_generate", toy_generate, target, draft_model, list(prompt), 10, TOY_GAMMA,
+                          call(toy_generate, target, draft_model, list(prompt), 10, TOY_GAMMA,
                                 GREEDY, g))
         if len(got) != 10:
             raise Wrong(f"asked for 10 tokens, toy_generate returned {len(got)}: keep the first n when the last "
@@ -308,8 +301,12 @@ def _toy_generate(toy_generate):
                         "Each round must continue from the prompt and everything emitted so far")
     params, (target, draft_model) = SamplingParams(), law_pair()
     law = target.sequence_law([0], LAW_LENGTH, params)
-    (pvalue,) = _law_tests("toy_generate", lambda g: [tuple(_token_list("toy_generate's result", _call(
-        "toy_generate", toy_generate, target, draft_model, [0], LAW_LENGTH, LAW_GAMMA, params, g)))], [law], 1000)
+
+    def draw(g):
+        out = call(toy_generate, target, draft_model, [0], LAW_LENGTH, LAW_GAMMA, params, g)
+        return [tuple(_token_list("toy_generate's result", out))]
+
+    (pvalue,) = _law_tests("toy_generate", draw, [law], 1000)
     print(f"  at temperature 0: equal to speculative_generate; 1000 sequences of {LAW_LENGTH} tokens against the "
           f"target's exact law: chi-square p = {pvalue:.2f}")
 
@@ -325,7 +322,7 @@ def _toy_batch_round(toy_batch_round):
     contexts = [list(c) for c in BATCH_CONTEXTS]
     want = library_round(target, draft_model, contexts, TOY_GAMMA)
     before = target.forward_calls
-    got = _call("toy_batch_round", toy_batch_round, target, draft_model, [list(c) for c in contexts], TOY_GAMMA,
+    got = call(toy_batch_round, target, draft_model, [list(c) for c in contexts], TOY_GAMMA,
                 GREEDY, torch.Generator().manual_seed(4))
     passes = target.forward_calls - before
     if not isinstance(got, (list, tuple)) or len(got) != len(contexts):
@@ -343,7 +340,7 @@ def _toy_batch_round(toy_batch_round):
     laws = [target.sequence_law(c, LAW_LENGTH, params) for c in rows]
 
     def draw(g):
-        blocks = _call("toy_batch_round", toy_batch_round, target, draft_model, [list(c) for c in rows], LAW_GAMMA,
+        blocks = call(toy_batch_round, target, draft_model, [list(c) for c in rows], LAW_GAMMA,
                        params, g)
         return [_complete(target, c, _token_list("a row's tokens", blk), LAW_LENGTH, params, g)
                 for c, blk in zip(rows, blocks)]
@@ -373,7 +370,7 @@ def _cached_round(cached_round):
         watch.reset(1)
         watch.forward(torch.tensor([prompt[:-1]]))
         watch.passes = 0
-        got = _token_list("cached_round's result", _call("cached_round", cached_round, watch, prompt[-1], list(drafts)))
+        got = _token_list("cached_round's result", call(cached_round, watch, prompt[-1], list(drafts)))
         if watch.passes != 1:
             raise Wrong(f"a round makes one target pass over [pending] + drafts; yours made {watch.passes}")
         if got != expected:
@@ -399,7 +396,7 @@ def _cached_decode(cached_decode):
     watch = CacheWatch(target, truth=prompt + truth)
     drafter = ScriptedDrafter(prompt + truth, watch.vocab_size)
     got = _token_list("cached_decode's result",
-                      _call("cached_decode", cached_decode, watch, drafter, list(prompt), n, CACHED_GAMMA))
+                      call(cached_decode, watch, drafter, list(prompt), n, CACHED_GAMMA))
     if watch.violations:
         raise Wrong(watch.violations[0])
     if len(got) != n:
@@ -423,22 +420,16 @@ C4 = dict(lengths=(30, 25), gamma=4, accepted=(1, 3))
 C5 = dict(cached=30, nodes=6, path=2)
 
 
-def _numbers(what: str, answer, count: int) -> tuple[int, ...]:
-    values = answer if isinstance(answer, (tuple, list)) else (answer,)
-    if len(values) != count or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise Wrong(f"{what}: answer with {count} whole number{'s' if count > 1 else ''}")
-    return tuple(values)
-
-
-def _choice(answer, options: str) -> str:
-    if not isinstance(answer, str) or answer.strip().lower() not in options:
-        raise Wrong(f"answer with one letter among {', '.join(options)}")
-    return answer.strip().lower()
+def _pair(answer, what: str) -> tuple[int, int]:
+    """Two whole numbers, or :class:`Wrong`."""
+    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
+        raise Wrong(f"{what}: answer with two numbers in parentheses, (first, second); got {answer!r}")
+    return whole(answer[0], f"{what}'s first number"), whole(answer[1], f"{what}'s second number")
 
 
 @grader("04b.c1")
 def _c1(answer):
-    after_forward, after_rollback = _numbers("c1", answer, 2)
+    after_forward, after_rollback = _pair(answer, "c1")
     if after_forward != C1["cached"] + C1["gamma"] + 1:
         raise Wrong("right after the forward, every fed token has its keys and values written: count the pending "
                     "token as well as the drafts")
@@ -449,30 +440,30 @@ def _c1(answer):
 
 @grader("04b.c2")
 def _c2(answer):
-    if _choice(answer, "abcd") != "c":
-        raise Wrong("which token of the round was never fed to the target in this pass? Its keys and values "
-                    "do not exist yet")
+    choice(answer, {"a": "the pending token was fed first in this pass: its keys and values were written then",
+                    "b": "an accepted draft was fed in this pass and its entry survives the rollback",
+                    "c": None,
+                    "d": "one token of every round was never fed to the target in that round's pass"})
 
 
 @grader("04b.c3")
 def _c3(answer):
-    if _choice(answer, "abc") != "b":
-        raise Wrong("nothing fails loudly: the cache simply holds more entries than the text, and attention "
-                    "reads every entry below the row's length")
+    choice(answer, {"a": "the next pass attends to every entry below the row's length, rejected drafts included",
+                    "b": None,
+                    "c": "nothing fails loudly: the cache simply holds more entries than the text"})
 
 
 @grader("04b.c4")
 def _c4(answer):
-    got = _numbers("c4", answer, 2)
-    want = tuple(n + a + 1 for n, a in zip(C4["lengths"], C4["accepted"]))
-    if got != want:
+    got = _pair(answer, "c4")
+    if got != tuple(n + a + 1 for n, a in zip(C4["lengths"], C4["accepted"])):
         raise Wrong("each row keeps its own pending token and its own accepted drafts, from its own length; "
                     "the rows are never cut to a common length")
 
 
 @grader("04b.c5")
 def _c5(answer):
-    length, discarded = _numbers("c5", answer, 2)
+    length, discarded = _pair(answer, "c5")
     if length != C5["cached"] + 1 + C5["path"]:
         raise Wrong("keep packs the root (the pending token) and the accepted path's nodes into place after the "
                     "cached context")
