@@ -234,8 +234,6 @@ def student_notebook(nb, name: str = "notebook"):
         if cell_stubs:
             stubs[len(out.cells)] = cell_stubs
         out.cells.append(nbformat.v4.new_code_cell(source, metadata=dict(cell.metadata)))
-    for cell in out.cells:
-        cell.pop("id", None)  # fresh ids: nbformat.validate fills them in on write
     return out, stubs
 
 
