@@ -33,7 +33,11 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
+from ... import _lazy_submodules
+
 __all__ = ["Wrong", "Result", "grader", "check", "results", "not_answered"]
+
+__getattr__, __dir__ = _lazy_submodules(globals())  # sb.teach.exercises.lesson_03 resolves on first use
 
 _GRADERS: dict[str, Callable] = {}
 _RESULTS: dict[str, "Result"] = {}
