@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 import platform
 import re
 import sys
@@ -55,6 +56,16 @@ def _tree_family(ns: dict, seed: int) -> bool:
     results = {k: ns["tree_law_check"](ns["verify_tree_row"], **t, n=4000, seed=3 * seed + i)
                for i, (k, t) in enumerate(trees.items())}
     return stats.run_family({k: r.pvalue for k, r in results.items()}, 1e-3).passed
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()}, {os.cpu_count()} cores"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def families() -> dict[str, dict]:
@@ -107,7 +118,7 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps({
             "command": "python scripts/assignment_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv),
-            "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
+            "machine": _cpu(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "seconds": round(time.time() - started, 1), "rows": rows}, indent=1) + "\n")
     return 0 if all(r["passed"] == r["seeds"] for r in rows) else 1
 
