@@ -26,7 +26,8 @@ from traitlets import validate
 from .. import roofline
 from .plots import figure_to_png, new_figure
 
-__all__ = ["BatchingExplorer", "plot_roofline_steps", "plot_throughput_curves", "plot_frontier"]
+__all__ = ["BatchingExplorer", "plot_roofline_steps", "plot_classic_roofline", "plot_ridge_and_crossover",
+           "plot_speedup_curves", "plot_throughput_curves", "plot_frontier"]
 
 _CSS = ("<style>.specbook-batching-table td{font-family:monospace;text-align:right;padding:2px 8px}"
         ".specbook-batching-table th{text-align:left;padding:2px 8px}</style>")
@@ -84,6 +85,118 @@ def plot_roofline_steps(hw: roofline.Hardware, dtype: str, batch: int, gamma: in
     ax.set_xlabel("arithmetic intensity (FLOP per byte)")
     ax.set_ylabel("attainable FLOP/s")
     ax.legend(fontsize=7, loc="lower right")
+    return ax.figure
+
+
+def plot_classic_roofline(hw: roofline.Hardware, dtype: str, steps: dict, ax=None, *, title: str = ""):
+    """The roofline picture: attainable FLOP/s against arithmetic intensity (log-log).
+
+    The bandwidth slope (FLOP/s = bandwidth x intensity) meets the compute roof (peak FLOP/s) at the
+    ridge, peak / bandwidth.  ``steps`` = {label: (flops, bytes)} marks each step at its intensity
+    flops / bytes, on the roof, with its time max(flops / peak, bytes / bandwidth).
+    """
+    if not isinstance(steps, dict) or not steps:
+        raise ValueError(f"steps must be a non-empty dict {{label: (flops, bytes)}}, got {steps!r}")
+    for label, pair in steps.items():
+        if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+                or not all(isinstance(v, (int, float)) and v > 0 for v in pair)):
+            raise ValueError(f"steps[{label!r}] must be (flops > 0, bytes > 0), got {pair!r}")
+    if ax is None:
+        fig = new_figure(6.4, 4.2)
+        ax = fig.add_subplot()
+    peak, bandwidth, ridge = hw.peak(dtype), hw.bandwidth, roofline.ridge(hw, dtype)
+    points = {label: flops / nbytes for label, (flops, nbytes) in steps.items()}
+    low = min(0.1, min(points.values()) / 2)
+    high = max(10 * ridge, 2 * max(points.values()))
+    xs = np.logspace(np.log10(low), np.log10(high), 200)  # (N,)
+    ax.loglog(xs, np.minimum(peak, bandwidth * xs), color="0.15", lw=2.5)
+    ax.loglog(xs[xs > ridge], bandwidth * xs[xs > ridge], color="0.6", lw=1, ls="--")  # the slope, were there no roof
+    ax.axvline(ridge, color="crimson", ls=":", lw=1.2)
+    ax.annotate(f"ridge = peak / bandwidth\n= {ridge:.0f} FLOP per byte", (ridge, peak / 30), xytext=(6, 0),
+                textcoords="offset points", fontsize=8, color="crimson")
+    ax.annotate(f"compute roof: {peak / 1e12:g} TFLOP/s", (ridge * 1.4, peak), xytext=(0, 4),
+                textcoords="offset points", fontsize=8)
+    slope_x = max(low * 4, ridge / 300)
+    ax.annotate(f"memory-bound:\nbandwidth x intensity\n({bandwidth / 1e12:g} TB/s)", (slope_x, bandwidth * slope_x),
+                xytext=(-2, 10), textcoords="offset points", fontsize=8, rotation=28, rotation_mode="anchor")
+    colours = [PLAIN, SPEC, "#55a868", "#8172b2", "#937860"]
+    for i, (label, (flops, nbytes)) in enumerate(steps.items()):
+        x = points[label]
+        seconds = max(flops / peak, nbytes / bandwidth)
+        ax.plot([x], [min(peak, bandwidth * x)], "o", color=colours[i % len(colours)], ms=8,
+                label=f"{label}: {x:.0f} FLOP/B, {1e3 * seconds:.2f} ms")
+    _plain_ticks(ax)
+    ax.set_xlabel("arithmetic intensity (FLOP per byte moved)")
+    ax.set_ylabel("attainable FLOP/s")
+    ax.set_title(title or f"{hw.name}, {dtype}", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+    return ax.figure
+
+
+def plot_ridge_and_crossover(batch_sizes: Sequence[int], verify_costs: Sequence[float], speedups: Sequence[float], *,
+                             ridge_batch: int, crossover: int | None, threshold: float, title: str = ""):
+    """Two panels against batch size: the verify cost v_B(gamma + 1) with the line E - gamma c it must
+    stay under, and the speedup with the line 1.  The ridge batch (where v_B leaves 1) and the
+    crossover (where v_B passes E - gamma c, the speedup 1) are marked as the two different points they are.
+    """
+    bs = np.asarray(list(batch_sizes), dtype=np.float64)  # (N,)
+    v = np.asarray(list(verify_costs), dtype=np.float64)  # (N,)
+    s = np.asarray(list(speedups), dtype=np.float64)  # (N,)
+    if bs.ndim != 1 or bs.size == 0 or np.any(bs < 1):
+        raise ValueError(f"batch_sizes must be a non-empty list of sizes >= 1, got {batch_sizes!r}")
+    if v.shape != bs.shape or s.shape != bs.shape:
+        raise ValueError(f"verify_costs and speedups need one value per batch size, got {v.shape}, {s.shape}")
+    fig = new_figure(10.0, 3.6)
+    left, right = fig.subplots(1, 2)
+    left.plot(bs, v, color=SPEC, lw=2, label="v_B(γ+1): verify step / plain step")
+    left.axhline(threshold, color="0.3", ls="--", lw=1, label=f"E − γc = {threshold:.2f}")
+    right.plot(bs, s, color=SPEC, lw=2, label="speedup")
+    right.axhline(1.0, color="0.3", ls="--", lw=1, label="plain decoding")
+    for ax in (left, right):
+        ax.axvline(ridge_batch, color="0.5", ls=":", lw=1.2)
+        ax.annotate(f"ridge batch {ridge_batch}", (ridge_batch, 0.97), xycoords=("data", "axes fraction"),
+                    xytext=(3, -10), textcoords="offset points", fontsize=8)
+        if crossover is not None:
+            ax.axvline(crossover, color="crimson", ls=":", lw=1.2)
+            ax.annotate(f"crossover {crossover}", (crossover, 0.85), xycoords=("data", "axes fraction"),
+                        xytext=(3, -10), textcoords="offset points", fontsize=8, color="crimson")
+        ax.set_xscale("log", base=2)
+        _plain_ticks(ax)
+        ax.set_xlabel("batch size B")
+        ax.legend(fontsize=7, loc="upper left" if ax is left else "lower left")
+    left.set_ylabel("verify cost (plain steps)")
+    right.set_ylabel("speculative / plain throughput")
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return fig
+
+
+def plot_speedup_curves(batch_sizes: Sequence[int], curves: dict, crossovers: dict | None = None, ax=None, *,
+                        title: str = ""):
+    """Speedup against batch size, one line per model variant (``curves`` = {label: (N,) speedups}),
+    the line 1 (plain decoding), and a dot where each variant's ``crossovers[label]`` lies."""
+    bs = np.asarray(list(batch_sizes), dtype=np.float64)  # (N,)
+    if bs.ndim != 1 or bs.size == 0 or np.any(bs < 1):
+        raise ValueError(f"batch_sizes must be a non-empty list of sizes >= 1, got {batch_sizes!r}")
+    if ax is None:
+        fig = new_figure(6.4, 4.0)
+        ax = fig.add_subplot()
+    ax.axhline(1.0, color="0.3", ls="--", lw=1)
+    for label, ys in curves.items():
+        ys = np.asarray(ys, dtype=np.float64)
+        if ys.shape != bs.shape:
+            raise ValueError(f"curves[{label!r}] must have one value per batch size, got shape {ys.shape}")
+        line, = ax.plot(bs, ys, lw=1.6, label=label)
+        cross = (crossovers or {}).get(label)
+        if cross is not None:
+            ax.plot([cross], [1.0], "o", color=line.get_color(), ms=6)
+    ax.set_xscale("log", base=2)
+    _plain_ticks(ax)
+    ax.set_xlabel("batch size B")
+    ax.set_ylabel("speedup over plain decoding")
+    if title:
+        ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
     return ax.figure
 
 
@@ -149,15 +262,18 @@ class BatchingExplorer:
 
     Table cells carry ``data-key`` = intensity, ridge, ridge_fraction, plain_tokens_per_s,
     plain_ms_per_token, spec_tokens_per_s, spec_ms_per_token, speedup, verify_cost,
-    wasted_fraction, crossover; each number is :func:`specbook.roofline.predict` (or
-    ``predicted_crossover`` over batch sizes 1..max_batch) formatted by :meth:`format_row`.
+    wasted_fraction, ridge_batch, crossover; each number is :func:`specbook.roofline.predict` (or
+    ``ridge_batch``, or ``predicted_crossover`` over batch sizes 1..max_batch) formatted by
+    :meth:`format_row`.  The ridge batch and the crossover are two different batches: the first is
+    where extra verify positions start to cost time, the second where speculation starts to lose.
 
     hardware: extra :class:`~specbook.roofline.Hardware` (e.g. this machine, measured) to offer
     beside the presets; params: weights of the model (default 7e9, the course's 7B example).
     """
 
     KEYS = ("intensity", "ridge", "ridge_fraction", "plain_tokens_per_s", "plain_ms_per_token",
-            "spec_tokens_per_s", "spec_ms_per_token", "speedup", "verify_cost", "wasted_fraction", "crossover")
+            "spec_tokens_per_s", "spec_ms_per_token", "speedup", "verify_cost", "wasted_fraction", "ridge_batch",
+            "crossover")
     MAX_BATCH, MAX_GAMMA = 256, 16
 
     def __init__(self, batch: int = 1, gamma: int = 4, alpha: float = 0.8, c: float = 0.05,
@@ -239,7 +355,7 @@ class BatchingExplorer:
         self.update()
 
     def values(self) -> dict:
-        """The inputs and every number in the table (floats; batch, gamma and crossover ints or None)."""
+        """The inputs and every number in the table (floats; batch, gamma, ridge_batch and crossover ints or None)."""
         return dict(self._values)
 
     def inputs(self) -> dict:
@@ -252,7 +368,8 @@ class BatchingExplorer:
         """The table's numbers for these inputs, straight from :mod:`specbook.roofline`."""
         nbytes = roofline.DTYPE_BYTES[dtype]
         p = roofline.predict(hw, dtype, batch, gamma, alpha, c, params, nbytes)
-        out = {k: getattr(p, k) for k in BatchingExplorer.KEYS if k != "crossover"}
+        out = {k: getattr(p, k) for k in BatchingExplorer.KEYS if k not in ("ridge_batch", "crossover")}
+        out["ridge_batch"] = roofline.ridge_batch(hw, dtype, gamma, nbytes)
         out["crossover"] = roofline.predicted_crossover(hw, dtype, params, nbytes, alpha, gamma, c,
                                                         range(1, max_batch + 1))
         return out
@@ -269,7 +386,7 @@ class BatchingExplorer:
             "spec_tokens_per_s": f"{vals['spec_tokens_per_s']:.1f}",
             "spec_ms_per_token": f"{vals['spec_ms_per_token']:.3f}",
             "speedup": f"{vals['speedup']:.3f}", "verify_cost": f"{vals['verify_cost']:.3f}",
-            "wasted_fraction": f"{vals['wasted_fraction']:.1%}",
+            "wasted_fraction": f"{vals['wasted_fraction']:.1%}", "ridge_batch": f"{vals['ridge_batch']:d}",
             "crossover": "none" if cross is None else f"{cross:d}",
         }
 
@@ -290,11 +407,14 @@ class BatchingExplorer:
         left, right = fig.subplots(1, 2)
         plot_roofline_steps(hw, dtype, ins["batch"], ins["gamma"], self.params, nbytes, ax=left)
         sizes = [2 ** k for k in range(9)]  # 1..256
+        ridge_at = self._values.get("ridge_batch")
+        ridge_mark = ridge_at if ridge_at is not None and ridge_at <= sizes[-1] else None
         preds = [roofline.predict(hw, dtype, b, ins["gamma"], ins["alpha"], ins["c"], self.params, nbytes)
                  for b in sizes]
         plot_throughput_curves(sizes, {"plain (predicted)": [p.plain_tokens_per_s for p in preds],
                                        f"γ={ins['gamma']} (predicted)": [p.spec_tokens_per_s for p in preds]},
-                               ax=right, logy=True, marks={"B": ins["batch"], "crossover": self._values.get("crossover")},
+                               ax=right, logy=True, marks={"B": ins["batch"], "crossover": self._values.get("crossover"),
+                                                            "ridge": ridge_mark},
                                title=f"{hw.name}, {dtype}, {self.params / 1e9:g}B parameters, α={ins['alpha']:.2f}")
         return fig
 
@@ -306,7 +426,8 @@ class BatchingExplorer:
             "plain_ms_per_token": "plain: ms per token (one row)", "spec_tokens_per_s": "speculative: tokens/s",
             "spec_ms_per_token": "speculative: ms per token", "speedup": "speedup",
             "verify_cost": "verify cost v_B(γ+1)", "wasted_fraction": "rejected share of computed positions",
-            "crossover": "predicted crossover batch",
+            "ridge_batch": "verify step reaches the ridge at batch",
+            "crossover": "speculation loses from batch (crossover)",
         }
         body = "".join(f'<tr><th>{html.escape(labels[k])}</th><td data-key="{k}">{text[k]}</td></tr>'
                        for k in self.KEYS)

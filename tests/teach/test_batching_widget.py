@@ -21,7 +21,8 @@ def expected(batch, gamma, alpha, c, hardware="H100 SXM", dtype="bfloat16", para
         "plain_tokens_per_s": f"{p.plain_tokens_per_s:.1f}", "plain_ms_per_token": f"{p.plain_ms_per_token:.3f}",
         "spec_tokens_per_s": f"{p.spec_tokens_per_s:.1f}", "spec_ms_per_token": f"{p.spec_ms_per_token:.3f}",
         "speedup": f"{p.speedup:.3f}", "verify_cost": f"{p.verify_cost:.3f}",
-        "wasted_fraction": f"{p.wasted_fraction:.1%}", "crossover": "none" if cross is None else str(cross),
+        "wasted_fraction": f"{p.wasted_fraction:.1%}", "ridge_batch": str(roofline.ridge_batch(hw, dtype, gamma, nbytes)),
+        "crossover": "none" if cross is None else str(cross),
     }
 
 
