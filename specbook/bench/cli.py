@@ -31,13 +31,14 @@ Sun et al., ICLR 2025); ``token,block`` runs every drafter with both, side by si
 JSON layout (``--json``)::
 
     {"machine": {...}, "target": "...", "settings": {..., "dtype", "stop_at_eos"},
-     "roofline": {"bandwidth_bytes_per_s", "weights_bytes", ...}, "draft_sizes": {drafter: {...}},
+     "roofline": {"bandwidth_bytes_per_s", "sum_read_bandwidth_bytes_per_s", "weights_bytes", ...},
+     "draft_sizes": {drafter: {...}},
      "runs": [{"engine", "drafter", "verifier", "verified_by", "category", "dtype", "gamma", "tree_budget", "prompts",
                "new_tokens", "seconds", "tokens_per_s", "tokens_per_s_total", "tau", "draft_efficiency",
                "drafting_steps", "draft_tokens", "accepted_tokens", "accepted_tokens_per_position",
-               "mean_acceptance_length", "draft_acceptance_rate", "acceptance_per_position",
+               "mean_acceptance_length", "draft_acceptance_rate", "alpha", "acceptance_per_position",
                "acceptance_per_position_unconditional", "accepted_length_histogram",
-               "speedup_vs_autoregressive", "roofline_fraction",
+               "speedup_vs_autoregressive", "roofline_fraction", "roofline_fraction_sum_read",
                "weight_streaming_limit_tokens_per_s",
                "outputs_identical_to_autoregressive", "differences_are_near_ties",
                "output_ids_sha256": [...]}, ...],
@@ -53,9 +54,14 @@ nothing to divide by); ``verifier``: the chain verifier asked for (None for plai
 transformers' own rule is ``"token"``), ``verified_by``: what judged the drafts (``"greedy"`` at
 temperature 0, ``"tree"`` for tree drafts); ``speedup_vs_autoregressive`` = median over prompts
 of (plain seconds / this drafter's seconds), same engine; ``roofline_fraction`` = median over
-prompts of tokens/s over the weight-streaming limit (measured read bandwidth / bytes one decode
-step streams: every weight once plus the KV cache at the run's mean context; above 1 only by
-speculation); ``output_ids_sha256`` = SHA-256
+prompts of tokens/s over the weight-streaming limit (bandwidth / bytes one decode step streams:
+every weight once plus the KV cache at the run's mean context; above 1 only by speculation),
+where the bandwidth is what the LM head's matrix-vector product reaches here (the model's dtype,
+batch 1, median of repeats: :func:`specbook.bench.timing.matvec_read_bandwidth`), and
+``roofline_fraction_sum_read`` the same over the faster rate of summing a large float32 buffer
+(:func:`specbook.bench.timing.memory_read_bandwidth`); ``alpha`` = accepted / verified drafts
+(docs/glossary.md; None where nothing was verified or the per-depth counters are unknown);
+``output_ids_sha256`` = SHA-256
 of the generated ids written as comma-separated decimals (``"12,7,512"``), per prompt.
 Greedy runs whose output differs from plain decoding get a ``divergence`` entry in
 ``per_prompt`` (first differing token, the target's top-2 logit gap there, near tie or not);
@@ -83,7 +89,7 @@ from .arguments import check_device, check_json_path, parse_gamma, plot_path
 from .registry import DRAFTERS, get_drafter
 from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256
 from .sizing import size_chain, size_tree
-from .timing import add_roofline, memory_read_bandwidth, verify_cost_curve
+from .timing import add_roofline, matvec_read_bandwidth, memory_read_bandwidth, verify_cost_curve
 from .workloads import load_prompts, select
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
@@ -234,7 +240,8 @@ def run_bench(args) -> dict:
     context = prompt_ids[0][:CURVE_CONTEXT]
     if args.curve_reps:
         curves["specbook"] = verify_cost_curve(sb.target, context, CURVE_POSITIONS, args.curve_reps)
-    bandwidth = [memory_read_bandwidth(device=args.device)]
+    bandwidth = [matvec_read_bandwidth(model)]  # what decoding's own product streams: the roofline's bandwidth
+    sum_read = [memory_read_bandwidth(device=args.device)]  # summing a large buffer, kept for comparison
     first_of_category = list({p.category: ids for p, ids in zip(prompts, prompt_ids)}.values())
     sizes = size_drafters(args, sb, model, tokenizer, drafters, first_of_category, curves.get("specbook"), dtype, eos)
 
@@ -264,9 +271,11 @@ def run_bench(args) -> dict:
             outputs[(engine.name, d, verifier, prompt.id)] = res.new_ids
             bar.update(1)
     bar.close()
-    bandwidth.append(memory_read_bandwidth(device=args.device))
-    roofline = add_roofline(records, model, statistics.mean(bandwidth))
+    bandwidth.append(matvec_read_bandwidth(model))
+    sum_read.append(memory_read_bandwidth(device=args.device))
+    roofline = add_roofline(records, model, statistics.mean(bandwidth), statistics.mean(sum_read))
     roofline["bandwidth_samples_bytes_per_s"] = [round(b) for b in bandwidth]
+    roofline["sum_read_bandwidth_samples_bytes_per_s"] = [round(b) for b in sum_read]
     if params.greedy:
         explain_differences(model, records, outputs, dict(zip((p.id for p in prompts), prompt_ids)))
 

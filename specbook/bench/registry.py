@@ -21,6 +21,7 @@ from ..drafters import NGramDrafter
 from ..drafters.adaptive import AdaptiveGamma, GammaPolicy
 from ..drafters.eagle import DynamicTree, EagleDrafter
 from ..drafters.layer_skip import DEFAULT_EXIT_LAYER, LayerSkipDrafter
+from ..drafters.lowbit import lowbit_drafter
 from ..drafters.medusa import MedusaDrafter
 from ..drafters.small_model import distilled_drafter
 from ..models import LlamaModel
@@ -108,6 +109,13 @@ def make_draft_adaptive(model: LlamaModel, tokenizer=None, *, target=None, **_) 
     return AdaptiveGamma(drafter, measured_policy(model, c=relative_cost(drafter.model.model, model)))
 
 
+def make_lowbit(model: LlamaModel, tokenizer=None, *, target=None, bits: int = 8, **_):
+    """The target's own weight-only ``bits``-bit copy as a draft model (``drafters/lowbit.py``); its cache
+    is sized by ``target`` (the loop's LlamaTarget) when given.  gamma is the run's (4 under ``--gamma
+    auto``: the chain sizing prices drafts as free, which a draft model is not)."""
+    return lowbit_drafter(target if target is not None else model, bits=bits)
+
+
 def make_layer_skip(model: LlamaModel, tokenizer=None, *, target=None, exit_layer: int = DEFAULT_EXIT_LAYER, **_):
     """Early exit; shares ``target``'s cache when given (the LlamaTarget the loop decodes with), else own cache."""
     return LayerSkipDrafter(target if target is not None else model, exit_layer)
@@ -141,6 +149,11 @@ register_drafter("layerskip", make_layer_skip, description=f"the target's first 
                                                                      "num_assistant_tokens_schedule": "constant"})
 register_drafter("draft", make_distilled, description="2-block distilled draft model, 8192-token head (shipped)")
 register_drafter("draft-adaptive", make_draft_adaptive, description="the distilled draft with the adaptive policy")
+register_drafter("int8-self", make_lowbit, description="the target's own copy with int8 weights (per output channel, "
+                 "weight-only) as a draft model, verified by the full-precision target")
+register_drafter("int4-self", lambda model, tokenizer=None, **kw: make_lowbit(model, tokenizer, **{**kw, "bits": 4}),
+                 description="the target's own copy with int4 weights (groups of 32 inputs, weight-only) as a "
+                 "draft model, verified by the full-precision target")
 register_drafter("medusa", lambda model, tokenizer=None, *, tree=CPU_MEDUSA_TREE, **_: make_medusa(model, tree=tree),
                  description=f"4 Medusa heads on the last hidden state, one of their measured trees "
                  f"({', '.join(map(str, MEDUSA_BUDGETS))} nodes) sized by this machine's verify cost "

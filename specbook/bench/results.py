@@ -7,6 +7,8 @@ The measuring is in :mod:`specbook.bench.cli`; this module only summarises what 
 under the same names as the rows of ``specbook batch``; a figure with no drafting step to divide by
 (plain decoding) is None, and so is every per-position figure of a row where one prompt's counters
 are unknown (a transformers run its passes did not explain: :func:`specbook.bench.engines.stats_from_calls`).
+``alpha`` is accepted / verified drafts (docs/glossary.md), the verified ones counted per depth:
+a draft is verified when every draft before it was accepted.
 """
 from __future__ import annotations
 
@@ -17,8 +19,8 @@ from ..decode_stats import DecodeStats
 from ..metrics import engine_metrics
 from .crosscheck import explain_divergence
 
-PER_POSITION = ("drafting_steps", "accepted_tokens_per_position", "mean_acceptance_length", "acceptance_per_position",
-                "acceptance_per_position_unconditional", "accepted_length_histogram")
+PER_POSITION = ("drafting_steps", "accepted_tokens_per_position", "mean_acceptance_length", "alpha",
+                "acceptance_per_position", "acceptance_per_position_unconditional", "accepted_length_histogram")
 
 def ids_sha256(ids: list[int]) -> str:
     """SHA-256 hex digest of token ids written as comma-separated decimal integers."""
@@ -71,6 +73,8 @@ def acceptance(group: list[dict]) -> dict:
                             position_proposed=_sum_lists([r["position_proposed"] for r in group]),
                             position_accepted=_sum_lists([r["position_accepted"] for r in group]))
         figures.update({k: _clean(v) for k, v in engine_metrics(total).items()})
+        verified = sum(total.position_proposed)  # [i]: drafting steps that verified draft i
+        figures["alpha"] = round(accepted / verified, 4) if verified else None
     return figures
 
 
@@ -100,6 +104,7 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
                 "speedup_vs_autoregressive": _round(_median(a["seconds"] / r["seconds"] if a else None
                                                             for a, r in zip(ar, group))),
                 "roofline_fraction": _round(_median(r["roofline_fraction"] for r in group)),
+                "roofline_fraction_sum_read": _round(_median(r.get("roofline_fraction_sum_read") for r in group)),
                 "weight_streaming_limit_tokens_per_s": _round(_median(r["limit_tokens_per_s"] for r in group), 2),
                 "outputs_identical_to_autoregressive": identical,
                 "differences_are_near_ties": ties,

@@ -15,6 +15,9 @@ whichever ran last, and the median of each setting is reported.
   128-token context (what the adaptive drafters and the exit-layer survey use).
 * :func:`relative_cost`: c of a draft model against its target.
 * :func:`exit_layer_costs`: c(L) of the target's own early exit at layer L.
+* the roofline of one token: :func:`matvec_read_bandwidth` (what the LM head's batch-1 product
+  streams), :func:`memory_read_bandwidth` (summing a large buffer), :func:`streamed_bytes` (what
+  a decode step must read) and :func:`add_roofline` (each run's fraction of the limit).
 """
 from __future__ import annotations
 
@@ -190,9 +193,10 @@ def memory_read_bandwidth(megabytes: int = 256, reps: int = 7, device: torch.dev
     """Bytes per second that torch reads from memory here: the median over ``reps`` of summing a
     ``megabytes`` float32 buffer (far larger than any cache), with the current thread count.
 
-    This is the ceiling a decode step faces: one token must stream every weight once (Williams,
-    Waterman & Patterson, 2009, "Roofline", CACM 52(4): a kernel at arithmetic intensity I runs at
-    most at min(peak, I x bandwidth); a batch-1 matrix-vector product has I below 1 flop/byte)."""
+    A reduction is the easiest way to read memory (one add per element, nothing to pack or
+    scale), so it is an upper bound that no product a decode step makes need reach; the
+    benchmark's roofline fraction divides by :func:`matvec_read_bandwidth` instead and keeps
+    this figure beside it (``roofline_fraction_sum_read``; docs/bench.md compares the two)."""
     if not isinstance(megabytes, int) or megabytes < 1:
         raise ValueError(f"megabytes must be an int >= 1, got {megabytes!r}")
     if not isinstance(reps, int) or reps < 1:
@@ -201,6 +205,28 @@ def memory_read_bandwidth(megabytes: int = 256, reps: int = 7, device: torch.dev
     buf.sum()  # touch every page once
     med = interleaved_medians(["sum"], lambda _: buf.sum().item(), reps=reps, device=device)
     return buf.numel() * 4 / med["sum"]
+
+
+@torch.no_grad()
+def matvec_read_bandwidth(model: LlamaModel, reps: int = 7) -> float:
+    """Bytes per second that decoding's own kind of product streams: the model's LM head (its largest
+    matrix, V x D) times one row, in the model's dtype and on its device, through the same module a
+    decode step calls; the head's weight bytes over the median time of ``reps`` products.
+
+    This is the ceiling a decode step can reach (Williams, Waterman & Patterson, 2009, "Roofline",
+    CACM 52(4): a kernel at arithmetic intensity I runs at most at min(peak, I x bandwidth); a
+    batch-1 matrix-vector product has I below 1 flop/byte, so it is bound by the bandwidth it
+    reaches, which is what is measured here).  One warm-up product first (it also builds a
+    prepacked weight, ``models/linear.py``)."""
+    if not isinstance(model, LlamaModel):
+        raise ValueError(f"model must be a LlamaModel, got {type(model).__name__}")
+    if not isinstance(reps, int) or reps < 1:
+        raise ValueError(f"reps must be an int >= 1, got {reps!r}")
+    head = model.lm_head
+    w = head.weight
+    x = torch.randn(1, 1, w.shape[1], dtype=w.dtype, device=w.device)  # (1, 1, D): one row, as in decoding
+    med = interleaved_medians(["lm_head"], lambda _: head(x), reps=reps, warmup=1, device=w.device)
+    return w.numel() * w.element_size() / med["lm_head"]
 
 
 def streamed_bytes(model: LlamaModel, context: float) -> dict:
@@ -219,19 +245,34 @@ def streamed_bytes(model: LlamaModel, context: float) -> dict:
     return {"weights": weights, "kv_cache": kv, "total": weights + kv}
 
 
-def add_roofline(records: list[dict], model, bandwidth: float) -> dict:
+def add_roofline(records: list[dict], model, bandwidth: float, sum_read_bandwidth: float | None = None) -> dict:
     """Give every record its weight-streaming limit (tokens/s) and the fraction of it reached.
 
     A batch-1 decode step streams every weight once plus the cached keys and values; at
-    ``bandwidth`` bytes/s no plain decoder can beat bandwidth / those bytes.  The context is the
-    run's mean (prompt + half the new tokens)."""
+    ``bandwidth`` bytes/s (:func:`matvec_read_bandwidth`: what the LM head's matrix-vector product
+    streams) no plain decoder can beat bandwidth / those bytes.  The context is the run's mean
+    (prompt + half the new tokens).  ``sum_read_bandwidth`` (:func:`memory_read_bandwidth`), when
+    given, yields ``roofline_fraction_sum_read``: the same tokens/s over the limit at that rate."""
+    if not bandwidth > 0:
+        raise ValueError(f"bandwidth must be > 0 bytes/s, got {bandwidth!r}")
+    if sum_read_bandwidth is not None and not sum_read_bandwidth > 0:
+        raise ValueError(f"sum_read_bandwidth must be > 0 bytes/s or None, got {sum_read_bandwidth!r}")
     for r in records:
-        limit = bandwidth / streamed_bytes(model, r["prompt_tokens"] + r["new_tokens"] / 2)["total"]
-        r["limit_tokens_per_s"] = limit
-        r["roofline_fraction"] = r["new_tokens"] / r["seconds"] / limit if r["seconds"] > 0 else None
+        per_token = streamed_bytes(model, r["prompt_tokens"] + r["new_tokens"] / 2)["total"]
+        rate = r["new_tokens"] / r["seconds"] if r["seconds"] > 0 else None
+        r["limit_tokens_per_s"] = bandwidth / per_token
+        r["roofline_fraction"] = None if rate is None else rate / r["limit_tokens_per_s"]
+        if sum_read_bandwidth is not None:
+            r["roofline_fraction_sum_read"] = None if rate is None else rate * per_token / sum_read_bandwidth
     b = streamed_bytes(model, 0)
-    return {"bandwidth_bytes_per_s": round(bandwidth), "weights_bytes": b["weights"],
+    info = {"bandwidth_bytes_per_s": round(bandwidth), "weights_bytes": b["weights"],
             "kv_bytes_per_cached_token": streamed_bytes(model, 1)["kv_cache"],
             "weight_streaming_limit_tokens_per_s": round(bandwidth / b["weights"], 2),
-            "how": "bandwidth: median of summing a 256 MB float32 buffer, before and after the runs (mean); "
-                   "bytes per token: weights once + KV cache at the run's mean context"}
+            "how": "bandwidth: the LM head's weight bytes over the median time of its product with one row "
+                   "(the model's dtype, batch 1), before and after the runs (mean); bytes per token: weights "
+                   "once + KV cache at the run's mean context"}
+    if sum_read_bandwidth is not None:
+        info["sum_read_bandwidth_bytes_per_s"] = round(sum_read_bandwidth)
+        info["how_sum_read"] = ("roofline_fraction_sum_read divides by the median rate of summing a 256 MB float32 "
+                                "buffer, before and after the runs (mean)")
+    return info

@@ -89,8 +89,8 @@ def test_sha256_definition():
 
 
 def test_registry_names_and_errors():
-    assert {"none", "ngram", "ngram-adaptive", "layerskip", "draft", "draft-adaptive", "medusa", "medusa-chain",
-            "eagle", "eagle-chain"} <= set(DRAFTERS)
+    assert {"none", "ngram", "ngram-adaptive", "layerskip", "draft", "draft-adaptive", "int8-self", "int4-self",
+            "medusa", "medusa-chain", "eagle", "eagle-chain"} <= set(DRAFTERS)
     assert get_drafter("none").make(None, None, gamma=4, device="cpu", dtype=torch.float32) is None
     assert get_drafter("ngram").transformers_kwargs(None, None, gamma=5)["prompt_lookup_num_tokens"] == 5
     with pytest.raises(ValueError, match="unknown drafter 'nope'; available: none, ngram"):
@@ -99,6 +99,23 @@ def test_registry_names_and_errors():
         register_drafter("ngram", lambda *a, **k: None)
     with pytest.raises(ValueError, match="commas"):
         register_drafter("a,b", lambda *a, **k: None)
+
+
+@pytest.mark.parametrize("name, bits", [("int8-self", 8), ("int4-self", 4)])
+def test_lowbit_entries_draft_with_the_targets_own_quantised_copy(name, bits):
+    from specbook.drafters import DraftModelDrafter, QuantLinear
+    from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
+
+    c = LlamaConfig(vocab_size=64, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=64,
+                    max_position_embeddings=64)
+    model = LlamaModel(c).init_weights(generator=torch.Generator().manual_seed(0)).eval()
+    spec = get_drafter(name)
+    assert spec.transformers_kwargs is None and spec.sizing is None  # gamma: the run's (--gamma, 4 under auto)
+    drafter = spec.make(model, None, gamma=4, device="cpu", dtype=torch.float32, target=LlamaTarget(model, 40))
+    assert isinstance(drafter, DraftModelDrafter) and drafter.model.max_length == 40  # cache sized by target=
+    heads = [m for m in drafter.model.model.modules() if isinstance(m, QuantLinear)]
+    assert heads and {m.bits for m in heads} == {bits}
+    assert drafter.model.model.embed.weight.data_ptr() == model.embed.weight.data_ptr()
 
 
 def record(engine, drafter, pid, seconds, sha, category="c", passes=10, emitted=10, proposed=0, accepted=0):
@@ -182,7 +199,7 @@ def test_cli_refuses_cuda_without_cuda_and_a_directory_as_json(tmp_path, capsys)
 
 
 def test_roofline_fraction_is_tokens_per_s_over_the_streaming_limit():
-    from specbook.bench.timing import add_roofline, memory_read_bandwidth, streamed_bytes
+    from specbook.bench.timing import add_roofline, matvec_read_bandwidth, memory_read_bandwidth, streamed_bytes
     from specbook.models import LlamaConfig, LlamaModel
 
     c = LlamaConfig(vocab_size=50, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=48,
@@ -192,13 +209,44 @@ def test_roofline_fraction_is_tokens_per_s_over_the_streaming_limit():
     b = streamed_bytes(model, 10)
     assert b["weights"] == weights and b["kv_cache"] == 2 * 2 * 2 * c.head_dim * 4 * 10
     recs = [{"prompt_tokens": 6, "new_tokens": 8, "seconds": 2.0}]
-    info = add_roofline(recs, model, bandwidth=1e9)
+    info = add_roofline(recs, model, bandwidth=1e9, sum_read_bandwidth=4e9)
     limit = 1e9 / streamed_bytes(model, 6 + 4)["total"]
     assert recs[0]["limit_tokens_per_s"] == pytest.approx(limit) and recs[0]["roofline_fraction"] == pytest.approx(4 / limit)
-    assert info["weights_bytes"] == weights
+    assert recs[0]["roofline_fraction_sum_read"] == pytest.approx(1 / limit)  # 4x the bandwidth: a quarter of the fraction
+    assert info["weights_bytes"] == weights and info["bandwidth_bytes_per_s"] == 1e9
+    assert info["sum_read_bandwidth_bytes_per_s"] == 4e9
+    old = [{"prompt_tokens": 6, "new_tokens": 8, "seconds": 2.0}]
+    assert "sum_read_bandwidth_bytes_per_s" not in add_roofline(old, model, 1e9)  # the comparison is optional
+    assert "roofline_fraction_sum_read" not in old[0]
     assert 0 < memory_read_bandwidth(megabytes=8, reps=2) < 1e13  # positive and finite (a busy machine is slow)
+    assert 0 < matvec_read_bandwidth(model, reps=2) < 1e13
     with pytest.raises(ValueError, match="megabytes"):
         memory_read_bandwidth(megabytes=0)
+    for call, word in [(lambda: matvec_read_bandwidth(model, reps=0), "reps"),
+                       (lambda: matvec_read_bandwidth(torch.nn.Linear(2, 2)), "LlamaModel"),
+                       (lambda: add_roofline(recs, model, bandwidth=0.0), "bandwidth"),
+                       (lambda: add_roofline(recs, model, 1e9, sum_read_bandwidth=-1.0), "sum_read_bandwidth")]:
+        with pytest.raises(ValueError, match=word):
+            call()
+
+
+def test_matvec_bandwidth_is_the_heads_bytes_over_the_time_of_one_product(monkeypatch):
+    """The head's weight bytes over the median of the timed products (the timer is replaced by fixed times)."""
+    from specbook.bench import timing
+    from specbook.models import LlamaConfig, LlamaModel
+
+    model = LlamaModel(LlamaConfig(vocab_size=50, dim=32, n_layers=1, n_heads=4, n_kv_heads=2, intermediate_size=48,
+                                   max_position_embeddings=64)).to(torch.bfloat16)
+    seen = {}
+
+    def fake(keys, run, *, reps, warmup=0, **_):
+        seen.update(keys=list(keys), reps=reps, warmup=warmup, out=run(keys[0]))
+        return {keys[0]: 0.002}
+
+    monkeypatch.setattr(timing, "interleaved_medians", fake)
+    assert timing.matvec_read_bandwidth(model, reps=5) == pytest.approx(50 * 32 * 2 / 0.002)  # bfloat16: 2 bytes
+    assert seen["reps"] == 5 and seen["warmup"] == 1
+    assert seen["out"].shape == (1, 1, 50) and seen["out"].dtype == torch.bfloat16  # one row through the head
 
 
 def test_machine_info_names_the_device_the_run_used():
@@ -371,7 +419,9 @@ def test_bench_smoke_json_schema(tmp_path, smollm2_fetched):
     data = json.loads(out.read_text())
     assert data["settings"]["stop_at_eos"] is True and data["settings"]["dtype"] == "float32"
     assert data["draft_sizes"]["ngram"]["kind"] == "chain" and 1 <= data["draft_sizes"]["ngram"]["chosen"] <= 16
-    assert data["roofline"]["weights_bytes"] > 5e8 and data["roofline"]["bandwidth_bytes_per_s"] > 0
+    roof = data["roofline"]
+    assert roof["weights_bytes"] > 5e8 and roof["bandwidth_bytes_per_s"] > 0 and roof["sum_read_bandwidth_bytes_per_s"] > 0
+    assert len(roof["bandwidth_samples_bytes_per_s"]) == len(roof["sum_read_bandwidth_samples_bytes_per_s"]) == 2
     assert {"machine", "target", "runs", "verify_cost", "engine_ratio", "per_prompt"} <= set(data)
     assert {"cpu", "logical_cores", "torch_threads", "torch"} <= set(data["machine"])
     fields = {"engine", "drafter", "category", "new_tokens", "seconds", "tokens_per_s", "tau", "draft_efficiency",
@@ -382,6 +432,9 @@ def test_bench_smoke_json_schema(tmp_path, smollm2_fetched):
         assert fields <= set(r), r
         assert r["new_tokens"] == 5 and len(r["output_ids_sha256"]) == 1 and r["tau"] >= 1
         assert r["dtype"] == "float32" and 0 < r["roofline_fraction"] and r["weight_streaming_limit_tokens_per_s"] > 0
+        assert r["roofline_fraction_sum_read"] == pytest.approx(
+            r["roofline_fraction"] * roof["bandwidth_bytes_per_s"] / roof["sum_read_bandwidth_bytes_per_s"], rel=1e-2)
+        assert r["alpha"] is None if r["drafter"] == "none" else r["alpha"] is None or 0 <= r["alpha"] <= 1
         assert r["gamma"] == (None if r["drafter"] == "none" else data["draft_sizes"]["ngram"]["chosen"])
         assert r["outputs_identical_to_autoregressive"] is True, r  # greedy: lossless
         assert r["verifier"] == (None if r["drafter"] == "none" else "token")

@@ -113,6 +113,8 @@ def test_a_row_holds_engine_metrics_of_its_summed_counters():
     assert row["acceptance_per_position_unconditional"] == [1.0, round(1 / 3, 4), 0.0]
     for key in METRICS:
         assert row[key] == rounded(expected[key]), key
+    assert row["alpha"] == round(4 / 6, 4)  # accepted / verified: 3 + 2 + 1 drafts verified at depths 1, 2, 3
+    assert acceptance([record(position_proposed=None, position_accepted=None)])["alpha"] is None  # counters unknown
     runs, overall = aggregate([a, b, record(verifier="block", pid="p1"), record(None, 0, 0, (), (), "none")],
                               greedy=False)
     by = {(r["drafter"], r["verifier"]): r for r in runs}
@@ -199,6 +201,7 @@ def test_cli_runs_both_verifiers_side_by_side_and_every_row_has_engine_metrics(t
     target_model, draft_model = tiny_llama(0), tiny_llama(1)
     monkeypatch.setattr(smollm2, "load_smollm2", lambda *a, **k: (target_model, TinyTokenizer()))
     monkeypatch.setattr(bench, "memory_read_bandwidth", lambda **_: 1e10)
+    monkeypatch.setattr(bench, "matvec_read_bandwidth", lambda model: 5e9)
     monkeypatch.setitem(DRAFTERS, "tiny-draft", DrafterSpec(
         "tiny-draft", lambda model, tokenizer, **_: DraftModelDrafter(LlamaTarget(draft_model, 128))))
     calls = {"token": 0, "block": 0}
@@ -224,9 +227,12 @@ def test_cli_runs_both_verifiers_side_by_side_and_every_row_has_engine_metrics(t
     assert keys == {(d, v, c) for d, v in [("none", None), ("tiny-draft", "token"), ("tiny-draft", "block"),
                                            ("ngram", "token"), ("ngram", "block")]
                     for c in ("code_edit", "chat", "all")}
+    assert report["roofline"]["bandwidth_bytes_per_s"] == 5e9 and report["roofline"]["sum_read_bandwidth_bytes_per_s"] == 1e10
     for r in rows:
         assert set(METRICS) <= set(r), r
+        assert r["roofline_fraction_sum_read"] == pytest.approx(r["roofline_fraction"] / 2, abs=1e-4)
         if r["drafter"] == "tiny-draft":  # q is a real law: every pass drafts
+            assert 0 < r["alpha"] <= 1 and r["alpha"] >= r["draft_acceptance_rate"]  # verified <= proposed
             assert r["verified_by"] == r["verifier"] and r["drafting_steps"] > 0
             assert r["mean_acceptance_length"] == round(1 + r["accepted_tokens"] / r["drafting_steps"], 4)
             assert sum(r["accepted_length_histogram"]) == r["drafting_steps"]

@@ -146,3 +146,23 @@ def test_unreadable_json_is_refused_naming_the_file(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match=re.escape(str(path))):
         _script().main([str(path)])
+
+
+def test_the_caption_says_which_bandwidth_the_roofline_fraction_divides_by(tmp_path, capsys):
+    """A report with both bandwidths gets a column for each fraction; an older one is captioned as summed-buffer."""
+    old = _report()
+    _, out = _run(tmp_path, capsys, old)
+    assert "roofline at the rate of summing a large buffer" in out and "LM head" not in out
+    new = _report()
+    new["roofline"] = {"bandwidth_bytes_per_s": 4e10, "sum_read_bandwidth_bytes_per_s": 6e10}
+    for r in new["overall"]:
+        r["roofline_fraction_sum_read"] = round(r["roofline_fraction"] * 4 / 6, 4)
+    _, out = _run(tmp_path, capsys, new)
+    assert "the bandwidth the LM head's batch-1 product reaches" in out
+    throughput = md_tables(out)[1]
+    overall = {(r["engine"], r["drafter"]): r for r in new["overall"]}
+    for name, _, roof, roof_sum, tau, _ in throughput:
+        r = overall[tuple(name.split(" / "))]
+        assert float(roof) == round(r["roofline_fraction"], 2)
+        assert float(roof_sum) == round(r["roofline_fraction_sum_read"], 2)
+        assert float(tau) == round(r["tau"], 2)
