@@ -74,6 +74,15 @@ def fallback():
 
 # ------------------------------------------------------------------------------ the quantised layer
 
+@pytest.mark.parametrize("bits, op", [(8, "_weight_int8pack_mm"), (4, "_weight_int4pack_mm_for_cpu")])
+def test_the_fused_kernel_is_used_wherever_torch_has_it(bits, op):
+    """Its self-check (the kernel against dequantise-and-multiply on a tiny matrix) must pass where the op exists."""
+    if not hasattr(torch.ops.aten, op):
+        pytest.skip(f"this torch build has no aten.{op}")
+    assert fused_kernel_available(bits)
+    assert QuantLinear(float_layer(), bits).uses_fused_kernel(torch.randn(2, 64))
+
+
 @pytest.mark.parametrize("path", ["fused", "fallback"])
 @pytest.mark.parametrize("bits", [8, 4])
 def test_quantised_linear_is_within_the_rounding_bound_of_the_float_one(bits, path, request):
