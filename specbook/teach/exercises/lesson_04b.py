@@ -47,7 +47,7 @@ def toy_pair():
 
 def law_pair():
     """The pair of the law tests: a poorer draft (30% the target), so that a wrong refill after a
-    rejection moves the law far enough to be seen in 1000 sequences (p < 1e-6 for a refill from p)."""
+    rejection moves the law far enough to be seen in 800 sequences (p < 1e-6 for a refill from p)."""
     return make_toy_pair(vocab_size=6, order=1, match=0.3, seed=0)
 
 
@@ -278,9 +278,9 @@ def _toy_round(toy_round):
                         f"yours emitted {len(block)}")
         return [_complete(target, [0], block, LAW_LENGTH, params, g)]
 
-    (pvalue,) = _law_tests("toy_round", draw, [law], 1000)
+    (pvalue,) = _law_tests("toy_round", draw, [law], 800)
     print(f"  at temperature 0: the library's tokens after {len(counts)} different numbers of accepted drafts; "
-          f"1000 rounds (completed to {LAW_LENGTH} tokens) against the target's exact law: chi-square p = {pvalue:.2f}")
+          f"800 rounds (completed to {LAW_LENGTH} tokens) against the target's exact law: chi-square p = {pvalue:.2f}")
 
 
 @grader("04b.3")
@@ -306,8 +306,8 @@ def _toy_generate(toy_generate):
         out = call(toy_generate, target, draft_model, [0], LAW_LENGTH, LAW_GAMMA, params, g)
         return [tuple(_token_list("toy_generate's result", out))]
 
-    (pvalue,) = _law_tests("toy_generate", draw, [law], 1000)
-    print(f"  at temperature 0: equal to speculative_generate; 1000 sequences of {LAW_LENGTH} tokens against the "
+    (pvalue,) = _law_tests("toy_generate", draw, [law], 800)
+    print(f"  at temperature 0: equal to speculative_generate; 800 sequences of {LAW_LENGTH} tokens against the "
           f"target's exact law: chi-square p = {pvalue:.2f}")
 
 
@@ -345,9 +345,9 @@ def _toy_batch_round(toy_batch_round):
         return [_complete(target, c, _token_list("a row's tokens", blk), LAW_LENGTH, params, g)
                 for c, blk in zip(rows, blocks)]
 
-    pvalues = _law_tests("toy_batch_round", draw, laws, 800)
+    pvalues = _law_tests("toy_batch_round", draw, laws, 600)
     print(f"  at temperature 0: every row equals the library's ({sorted({len(w) for w in want})} tokens per row); "
-          f"800 batches of rows of 1 and 3 tokens against their exact laws: chi-square p = "
+          f"600 batches of rows of 1 and 3 tokens against their exact laws: chi-square p = "
           + ", ".join(f"{p:.2f}" for p in pvalues))
 
 
@@ -395,8 +395,12 @@ def _cached_decode(cached_decode):
     target, prompt, truth = _tiny_case(n, CACHED_GAMMA)
     watch = CacheWatch(target, truth=prompt + truth)
     drafter = ScriptedDrafter(prompt + truth, watch.vocab_size)
-    got = _token_list("cached_decode's result",
-                      call(cached_decode, watch, drafter, list(prompt), n, CACHED_GAMMA))
+    try:
+        got = _token_list("cached_decode's result", call(cached_decode, watch, drafter, list(prompt), n, CACHED_GAMMA))
+    except Wrong:
+        if watch.violations:  # a failure after a dirty cache is explained by the cache
+            raise Wrong(watch.violations[0]) from None
+        raise
     if watch.violations:
         raise Wrong(watch.violations[0])
     if len(got) != n:
