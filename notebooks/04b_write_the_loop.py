@@ -50,7 +50,6 @@ SEED = 0
 import time
 
 import torch
-from IPython.display import HTML, display
 from matplotlib.patches import Patch, Rectangle
 from tqdm.auto import tqdm
 
@@ -83,9 +82,10 @@ def passed(key: str) -> bool:
 #    is causal, so the pass returns, at every position, the target's law of the
 #    *next* token given everything up to that position. The γ + 1 laws we need
 #    are p₀ (after the context), p₁ (after x₁), …, p_γ (after all drafts);
-# 3. walk the drafts: keep x_i when u·q_i(x_i) < p_{i-1}(x_i) (u uniform), stop at
-#    the first rejection and draw the corrected token from max(0, p − q)
-#    renormalised; if all γ survive, draw the **bonus** token from p_γ;
+# 3. walk the drafts: keep x_i when u·q_i(x_i) < p_{i-1}(x_i) (a fresh uniform u for
+#    each), stop at the first rejection and draw the corrected token from
+#    max(0, p_{i-1} − q_i) renormalised; if all γ survive, draw the **bonus** token
+#    from p_γ;
 # 4. append what was emitted (1 to γ + 1 tokens) and go again.
 #
 # The toy models of lessons 1 to 3 are back: two first-order Markov chains over 6
