@@ -150,7 +150,11 @@ for _ in range(200):
     _depth, _ranks = _rng.randint(1, 4), _rng.randint(1, 5)
     _acc = _random_table(_rng, _depth, _ranks)
     _tree = _random_tree(_rng, _depth, _ranks, _rng.randint(1, 25))
-    _got = expected_accepted(_tree, _acc)
+    try:
+        _got = expected_accepted(_tree, _acc)
+    except ValueError as _err:
+        raise AssertionError(f"expected_accepted({_tree}, table) raised ValueError({_err}) on a valid tree: the paths "
+                             "of a tree may come in any order, a child before its parent included") from None
     assert abs(_got - _ref_expected(_tree, _acc)) < 1e-9, (
         f"expected_accepted({_tree}, table) = {_got!r}, expected {_ref_expected(_tree, _acc)!r}: each node "
         "contributes the product of the shares along its whole path, root first")
@@ -267,7 +271,7 @@ _check([[0.6, 0.1], [0.15, 0.1], [0.9, 0.05]], 4,
        "a node's value is the product along its whole path, not the share of its own depth")
 _check([[0.5, 0.3], [1.0, 0.0], [1.0, 0.0]], 5, "shares of 1 make a child as valuable as its parent; its parent must come first")
 _check([[0.7, 0.0, 0.0], [0.0, 0.0, 0.0]], 6, "zero-value nodes still need their parents in the tree")
-_check([[0.4, 0.3], [0.2, 0.1]], 6, "a budget larger than the table: every node, parents first")
+_check([[0.4, 0.3], [0.2, 0.1]], 9, "a budget larger than the table (6 nodes): every node, parents first")
 _check([[0.4, 0.3], [0.2, 0.1]], 0, "no budget, no nodes")
 _rng = _random.Random(23)
 for _ in range(120):
