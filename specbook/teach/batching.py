@@ -24,10 +24,11 @@ from matplotlib.ticker import FuncFormatter
 from traitlets import validate
 
 from .. import roofline
+from ..theory import expected_tokens as theory_expected_tokens
 from .plots import figure_to_png, new_figure
 
 __all__ = ["BatchingExplorer", "plot_roofline_steps", "plot_classic_roofline", "plot_ridge_and_crossover",
-           "plot_speedup_curves", "plot_throughput_curves", "plot_frontier"]
+           "plot_speedup_curves", "plot_throughput_curves", "plot_frontier", "docs_figures"]
 
 _CSS = ("<style>.specbook-batching-table td{font-family:monospace;text-align:right;padding:2px 8px}"
         ".specbook-batching-table th{text-align:left;padding:2px 8px}</style>")
@@ -435,3 +436,55 @@ class BatchingExplorer:
             "memory-bound: extra positions ride along"
         return (_CSS + f'<table class="specbook-batching-table">{body}</table>'
                 f'<div class="specbook-verdict">{html.escape(hw.name)}: {bound}</div>')
+
+
+# ----------------------------------------------------------------------------- the pictures of docs/batching.md
+
+def docs_figures(folder) -> list:
+    """Write lesson 6's three roofline pictures of the 7B example on an H100 (``lesson6_*.png``) into ``folder``:
+
+        python -c "from specbook.teach.batching import docs_figures; docs_figures('docs/figures')"
+
+    Pure arithmetic on the presets (no measurement), so a rerun writes the same pictures.
+    """
+    from pathlib import Path
+
+    out = Path(folder)
+    if not out.is_dir():
+        raise ValueError(f"folder must be an existing directory, got {folder!r}")
+    hw, model, gamma, alpha, c = roofline.PRESETS["H100 SXM"], roofline.MODELS["7B"], 4, 0.8, 0.05
+    steps = {f"{label}, B = 64": (2 * model.params * 64 * n, 2 * model.params)
+             for label, n in (("plain step", 1), (f"verify step, γ = {gamma}", gamma + 1))}
+    sizes = sorted({round(2 ** (k / 8)) for k in range(8 * 10 + 1)})  # 1..1024, eight per doubling
+    plain = [roofline.predict(hw, "bfloat16", b, gamma, alpha, c, model.params, 2) for b in sizes]
+    search = range(1, 4097)
+    ladder = [("weights only (the plain roofline)", dict(draft=c)),
+              ("+ KV cache, 512 tokens per row", dict(draft=c, context=512)),
+              ("+ the draft's own step", dict(draft=roofline.MODELS["draft 0.35B"], context=512)),
+              ("+ a static batch of 256 tokens per row", dict(draft=roofline.MODELS["draft 0.35B"], context=512,
+                                                              new_tokens=256)),
+              ("+ kernels at 60% / 90% of the peaks", dict(draft=roofline.MODELS["draft 0.35B"], context=512,
+                                                          new_tokens=256, compute_efficiency=0.6,
+                                                          bandwidth_efficiency=0.9))]
+    curves = {name: [roofline.serving_predict(hw, "bfloat16", b, gamma, alpha, model, kv_reads="per_position",
+                                              **terms).speedup for b in sizes] for name, terms in ladder}
+    crossings = {name: roofline.serving_crossover(hw, "bfloat16", gamma, alpha, model, search, kv_reads="per_position",
+                                                  **terms) for name, terms in ladder}
+    figures = {
+        "lesson6_roofline.png": plot_classic_roofline(hw, "bfloat16", steps,
+                                                      title="H100 SXM, bfloat16: a 7B model at batch 64"),
+        "lesson6_ridge_crossover.png": plot_ridge_and_crossover(
+            sizes, [p.verify_cost for p in plain], [p.speedup for p in plain],
+            ridge_batch=roofline.ridge_batch(hw, "bfloat16", gamma, 2),
+            crossover=roofline.predicted_crossover(hw, "bfloat16", model.params, 2, alpha, gamma, c, search),
+            threshold=float(theory_expected_tokens(alpha, gamma)) - gamma * c,
+            title="H100 SXM, bfloat16, 7B, γ = 4, α = 0.8, c = 0.05: the plain roofline"),
+        "lesson6_terms.png": plot_speedup_curves(
+            sizes, curves, crossings, title="H100, 7B, γ = 4, α = 0.8: the terms one after another (cache read per "
+                                            "position)"),
+    }
+    written = []
+    for name, fig in figures.items():
+        (out / name).write_bytes(figure_to_png(fig))
+        written.append(out / name)
+    return written
