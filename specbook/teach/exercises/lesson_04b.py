@@ -47,7 +47,7 @@ def toy_pair():
 
 def law_pair():
     """The pair of the law tests: a poorer draft (30% the target), so that a wrong refill after a
-    rejection moves the law far enough to be seen in 800 sequences (p < 1e-6 for a refill from p)."""
+    rejection moves the law far enough to be seen in 800 sequences (p below 1e-5 for a refill from p)."""
     return make_toy_pair(vocab_size=6, order=1, match=0.3, seed=0)
 
 
@@ -66,7 +66,11 @@ def _token_list(what: str, value) -> list[int]:
         raise Wrong(f"{what} must hold token ids (ints), got {value!r}") from None
 
 
-def _law_tests(what: str, draw: Callable, laws: list[dict], n: int) -> list[float]:
+TARGET_HINT = "Check the acceptance test, the distribution after a rejection and the row the bonus token comes from"
+
+
+def _law_tests(what: str, draw: Callable, laws: list[dict], n: int, whose: str = "the target's",
+               hint: str = TARGET_HINT) -> list[float]:
     """p-values of ``n`` draws of ``draw(generator)`` (one outcome per law) against ``laws``.
 
     Each law is tested at ALPHA / len(laws) (Bonferroni); if any test fails, all run again once with
@@ -83,9 +87,8 @@ def _law_tests(what: str, draw: Callable, laws: list[dict], n: int) -> list[floa
             impossible = [o for o in c if law.get(o, 0.0) == 0.0]
             if impossible:
                 where = f" (row {row})" if len(laws) > 1 else ""
-                raise Wrong(f"{what} emitted {list(impossible[0])}{where}, a sequence the target gives "
-                            "probability 0: the target's law cannot produce it, so some token came from the "
-                            "wrong distribution")
+                raise Wrong(f"{what} emitted {list(impossible[0])}{where}, a sequence of probability 0 under "
+                            f"{whose} law, so some token came from the wrong distribution")
             outcomes = sorted(set(law) | set(c))
             result = stats.chisquare_gof([c.get(o, 0) for o in outcomes], [law.get(o, 0.0) for o in outcomes])
             pvalues.append(result.pvalue)
@@ -94,9 +97,8 @@ def _law_tests(what: str, draw: Callable, laws: list[dict], n: int) -> list[floa
         if attempt == len(SEEDS) - 1:
             worst = min(range(len(pvalues)), key=pvalues.__getitem__)
             where = f" in row {worst}" if len(laws) > 1 else ""
-            raise Wrong(f"the sequences {what} emits{where} do not follow the target's law: a chi-square test on "
-                        f"{n} of them gives p = {pvalues[worst]:.1e}, with two different seeds.  Check the "
-                        "acceptance test, the distribution after a rejection and the row the bonus token comes from")
+            raise Wrong(f"the sequences {what} emits{where} do not follow {whose} law: a chi-square test on "
+                        f"{n} of them gives p = {pvalues[worst]:.1e}, with two different seeds. {hint}")
     raise AssertionError("unreachable")
 
 
@@ -244,7 +246,8 @@ def _draft_tokens(draft_tokens):
         tokens, _ = call(draft_tokens, draft_model, list(context), 2, params, g)
         return [tuple(_token_list("the drafted tokens", tokens))]
 
-    (pvalue,) = _law_tests("draft_tokens", draw, [law], 1000)
+    (pvalue,) = _law_tests("draft_tokens", draw, [law], 1000, whose="the draft model's",
+                           hint="Draw each draft from the law after the context and the drafts before it")
     print(f"  1000 two-token drafts against the draft model's exact law: chi-square p = {pvalue:.2f}")
 
 
