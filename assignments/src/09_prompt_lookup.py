@@ -15,8 +15,9 @@
 # replay SmolLM2's own greedy replies against it, and find out on which workloads it pays.
 #
 # **Grading.** 10 points: the drafter (4), the replay (2), the figures (2) and your answers (2).
-# Hidden tests compare your drafter with a reference on random and adversarial contexts (repeated
-# tokens, no match at all, matches that overlap the suffix, contexts of one or two tokens); they
+# Hidden tests compare your drafter with a reference (and with specbook's `NGramDrafter`, whose
+# rules these are) on random and adversarial contexts (repeated tokens, no match at all, matches that
+# overlap the suffix, contexts of one or two tokens); they
 # test the replay with the reference drafter and the figures on step lists of their own, so one
 # mistake costs points once.  Write each function yourself: one that calls specbook's own n-gram
 # drafter (`NGramDrafter`, `NGramIndex`) or its greedy replay (`simulate_greedy`) scores nothing on
@@ -92,6 +93,7 @@ for _bad in (-1, 1.5):
 # %xmode Minimal
 import random as _random
 
+from specbook.drafters.ngram import NGramDrafter
 from specbook.grading.own_work import assert_own_work
 
 
@@ -112,6 +114,9 @@ assert_own_work(prompt_lookup, forbidden=_NGRAM_LIBRARY,
 def _check(context, gamma, max_ngram, min_ngram, hint):
     got = prompt_lookup(context, gamma, max_ngram, min_ngram)
     want = _ref_lookup(context, gamma, max_ngram, min_ngram)
+    # The rules above are specbook's NGramDrafter with prefer="latest", overlap=False; this only checks the course.
+    assert want == NGramDrafter(max_ngram, min_ngram, prefer="latest", overlap=False).lookup([int(t) for t in context], gamma), (
+        "the course's reference and specbook's NGramDrafter disagree: a bug of the course, tell the instructor")
     assert isinstance(got, list) and all(isinstance(t, int) for t in got), (
         f"prompt_lookup must return a list of ints, got {got!r}")
     assert got == want, (f"prompt_lookup({list(context)}, gamma={gamma}, max_ngram={max_ngram}, "

@@ -26,7 +26,7 @@
 #
 # **Grading.** 10 points: the expected length (3), the best tree (3), the speedup and the budget
 # (2) and your answers (2).  Hidden tests compare your functions with a reference on random and
-# adversarial tables; the tests of parts 2 and 3 use the reference version of the parts before them
+# adversarial tables, and with specbook's own tree search on ranks whose depths are independent; the tests of parts 2 and 3 use the reference version of the parts before them
 # while they run, so one mistake costs points once.  Write each function yourself: one that calls
 # specbook's Medusa tree search (`specbook.train.medusa.best_choices`, `tokens_per_pass`) scores
 # nothing on that part.  Plain Python (`math.prod`) is enough.
@@ -158,6 +158,31 @@ for _ in range(200):
     assert abs(_got - _ref_expected(_tree, _acc)) < 1e-9, (
         f"expected_accepted({_tree}, table) = {_got!r}, expected {_ref_expected(_tree, _acc)!r}: each node "
         "contributes the product of the shares along its whole path, root first")
+# specbook's tokens_per_pass counts trees on measured ranks; on ranks whose every combination appears as often as
+# the product of its depths' counts, its expected accepted length is the independence model's, exactly.
+import itertools as _itertools
+
+import torch as _torch
+
+from specbook.train.medusa import tokens_per_pass as _tokens_per_pass
+
+
+def _product_ranks(counts):
+    """(table, ranks): ranks (n, depth) hold every combination of ranks as often as the product of its counts."""
+    table = [[c / sum(row) for c in row[:-1]] for row in counts]  # the last count: not among the candidates
+    columns = [[r for r, c in enumerate(row) for _ in range(c)] for row in counts]
+    return table, _torch.tensor(list(_itertools.product(*columns)), dtype=_torch.long)
+
+
+for _counts in ([[3, 2, 1, 2], [2, 1, 1, 4], [1, 1, 0, 2]], [[5, 1, 2], [4, 3, 1], [2, 2, 4]]):
+    _acc, _ranks = _product_ranks(_counts)
+    for _size in (1, 3, 6, 10):
+        _tree = _random_tree(_rng, len(_acc), len(_acc[0]), _size)
+        _library = _tokens_per_pass(_ranks, _tree) - 1
+        assert abs(_ref_expected(_tree, _acc) - _library) < 1e-9, "the course's reference disagrees with specbook's"
+        assert abs(expected_accepted(_tree, _acc) - _library) < 1e-9, (
+            f"expected_accepted({_tree}, {_acc}) = {expected_accepted(_tree, _acc)!r}, but counting the tree on ranks "
+            f"whose depths are independent gives {_library!r}: each node adds the product of the shares on its path")
 _deep = [[0.9, 0.05], [0.8, 0.1], [0.7, 0.1]]
 _got = expected_accepted([[0], [0, 0], [0, 0, 0], [0, 1]], _deep)
 assert abs(_got - (0.9 + 0.72 + 0.504 + 0.09)) < 1e-9, (
@@ -289,6 +314,22 @@ def _brute(acceptance, num_nodes):
     return best
 
 
+# specbook's best_choices searches trees on measured ranks; on ranks whose every combination appears as often as the
+# product of its depths' counts, its best tree is the best tree of the independence model.
+import torch as _torch
+
+from specbook.train.medusa import best_choices as _best_choices
+
+for _counts in ([[3, 2, 1, 2], [2, 1, 1, 4], [1, 1, 0, 2]], [[5, 1, 2], [4, 3, 1], [2, 2, 4]], [[2, 2, 1], [1, 0, 3]]):
+    _acc = [[c / sum(row) for c in row[:-1]] for row in _counts]
+    _columns = [[r for r, c in enumerate(row) for _ in range(c)] for row in _counts]
+    _ranks = _torch.tensor(list(_itertools.product(*_columns)), dtype=_torch.long)
+    for _n in (1, 2, 4, 7, 11):
+        _library = _best_choices(_ranks, _n, top_s=len(_acc[0]))
+        if len(_library) == _n:  # best_choices leaves out paths no position takes
+            assert abs(_ref_expected(_library, _acc) - _ref_expected(_ref_best_tree(_acc, _n), _acc)) < 1e-9, (
+                "the course's reference disagrees with specbook's best_choices")
+        _check(_acc, _n, "compare your tree's value with what the best tree of this size keeps")
 for _ in range(10):  # the reference itself against every tree of small tables
     _acc = _random_table(_rng, 3, 2)
     _n = _rng.randint(1, 5)
