@@ -26,8 +26,9 @@
 #
 # **Grading.** 10 points: the expected length (3), the best tree (3), the speedup and the budget
 # (2) and your answers (2).  Hidden tests compare your functions with a reference on random and
-# adversarial tables, and with specbook's own tree search on ranks whose depths are independent; the tests of parts 2 and 3 use the reference version of the parts before them
-# while they run, so one mistake costs points once.  Write each function yourself: one that calls
+# adversarial tables, and with specbook's own tree search on ranks whose depths are independent;
+# the tests of parts 2 and 3 use the reference version of the parts before them while they run, so
+# one mistake costs points once.  Write each function yourself: one that calls
 # specbook's Medusa tree search (`specbook.train.medusa.best_choices`, `tokens_per_pass`) scores
 # nothing on that part.  Plain Python (`math.prod`) is enough.
 
