@@ -30,6 +30,7 @@ HAS_BATCH = cli._module_exists("specbook.bench.batch")
 HELP = {  # argv -> words its --help must show
     (): ["tour", "fetch-model", "bench", "batch", "gpu-check", "grading", "train"],
     ("tour",): ["usage: specbook tour", "--fast"],
+    ("student-edition",): ["usage: specbook student-edition", "--out", "--no-assignments"],
     ("fetch-model",): ["usage: specbook fetch-model", "--cache", "--force", "--no-progress"],
     ("bench",): ["usage:", "--drafters", "--no-progress", "--plot", "--from-json"],
     ("gpu-check",): ["usage: specbook gpu-check", "--device", "--threads", "--allow-cpu"],
@@ -45,7 +46,7 @@ if HAS_BATCH:
 
 UNKNOWN = [("tour", "--fsat"), ("fetch-model", "--bogus"), ("bench", "--bogus"),
            ("gpu-check", "--device", "cpu", "--allow-cpu", "--bogus"), ("grading", "--bogus"),
-           ("train", "eagle", "--bogus")]
+           ("train", "eagle", "--bogus"), ("student-edition", "--out", "unused", "--bogus")]
 
 BAD = {  # argv -> the words of the refusal ({blocker}: a plain file, so no directory can be made below it)
     ("gpu-check", "--device", "gpu"): "argument --device: must be a torch device",
