@@ -68,6 +68,22 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
+def _loop_law(ns: dict, seed: int) -> bool:
+    """08's sampling_law: 800 sequences of 3 tokens at temperature 0.7 against the toy target's exact law."""
+    from collections import Counter
+
+    from specbook import stats
+
+    target, draft = ns["make_toy_pair"](vocab_size=5, order=2, match=0.3, seed=2)
+    warm = ns["SamplingParams"](temperature=0.7)
+    law = target.sequence_law([1, 2], 3, warm)
+    g = torch.Generator().manual_seed(seed)
+    seen = Counter(tuple(int(x) for x in ns["speculative_decode"](target, ns["DraftModelDrafter"](draft), [1, 2], 3, 2,
+                                                                  warm, g)) for _ in range(800))
+    outcomes = sorted(set(law) | set(seen))
+    return stats.chisquare_gof([seen.get(o, 0) for o in outcomes], [law.get(o, 0.0) for o in outcomes]).pvalue >= 1e-3
+
+
 def families() -> dict[str, dict]:
     """assignment -> {family name: fn(namespace, seed) -> passed}."""
     from specbook.grading import check_token_rule, check_verifier
@@ -86,6 +102,7 @@ def families() -> dict[str, dict]:
             "tree_law (three trees, Holm)": _tree_family},
         "07_engine_bugs": {"check_verifier(fixed_engine_a, require='lossless')":
                            lambda ns, s: check_verifier(ns["fixed_engine_a"], seed=s, require="lossless").passed},
+        "08_write_the_loop": {"sampling_law (chi-square against the toy target's sequence law)": _loop_law},
     }
 
 
