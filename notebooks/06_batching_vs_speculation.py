@@ -27,7 +27,7 @@
 # Crossing the ridge is where speculation stops being free, not where it starts to
 # lose. It loses only once a round costs more target steps than the tokens it yields,
 # and by the roofline's own arithmetic a wide band of batch sizes lies between the two.
-# Real servers lose earlier than that band suggests, for reasons the plain roofline
+# Real servers can lose earlier than that band suggests, for reasons the plain roofline
 # leaves out; this lesson adds them one at a time.
 #
 # In this lesson:
@@ -410,10 +410,10 @@ plot_speedup_curves(DENSE, {name: speedups(DENSE, **terms, kv_reads="per_positio
 # %% [markdown]
 # Read the table down each column. With the cache read per position every term pulls the
 # crossover in, from 187 to 69; with the cache read once the KV term pushes it out beyond
-# any batch, and the static batch and the kernels pull it back to 211 and then 129. Which column describes a server
-# depends on its attention kernel, its contexts, its draft and its scheduler: the model
-# says which terms matter, not what one server does. Measure the server you run. The next
-# sections do exactly that on your machine.
+# any batch, and the static batch and the kernels pull it back to 211 and then 129. Which
+# column describes a server depends on its attention kernel, its contexts, its draft and its
+# scheduler: the model says which terms matter, not what one server does. Measure the
+# server you run. The next sections do exactly that on your machine.
 
 # %% [markdown]
 # ## Your machine's roofline, measured
