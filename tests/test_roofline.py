@@ -387,3 +387,41 @@ def test_kv_read_once_never_loses_when_its_limit_is_under_the_margin():
 def test_bad_input_to_the_extended_model_names_the_argument(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def _doc_table(text: str, header_start: str) -> list[list[str]]:
+    """The rows of the markdown table of docs/batching.md whose header line starts with ``header_start``."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(header_start))
+    rows = []
+    for line in lines[at + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_batching_page_shows_what_the_library_computes():
+    """docs/batching.md's crossover tables of the 7B example are serving_crossover's numbers."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "batching.md").read_text()
+    sizes = range(1, 4097)
+
+    def shown(value):
+        return None if value.startswith("none") else int(value)
+
+    for context, _, once, per_position in _doc_table(text, "| context (tokens per row)"):
+        got = [rl.serving_crossover(H100, "bfloat16", 4, 0.8, SEVEN_B, sizes, draft=0.05, context=int(context),
+                                    kv_reads=reads) for reads in rl.KV_READS]
+        assert got == [shown(once), shown(per_position)], context
+    draft = rl.MODELS["draft 0.35B"]
+    ladder = [dict(draft=0.05), dict(draft=0.05, context=512), dict(draft=draft, context=512),
+              dict(draft=draft, context=512, new_tokens=256),
+              dict(draft=draft, context=512, new_tokens=256, compute_efficiency=0.6, bandwidth_efficiency=0.9)]
+    rows = _doc_table(text, "| model | crossover, cache read once per row")
+    assert len(rows) == len(ladder)
+    for (name, once, per_position), terms in zip(rows, ladder):
+        got = [rl.serving_crossover(H100, "bfloat16", 4, 0.8, SEVEN_B, sizes, kv_reads=reads, **terms)
+               for reads in rl.KV_READS]
+        assert got == [shown(once), shown(per_position)], name
