@@ -3,10 +3,14 @@
     python scripts/measure_assignment_data.py            # measure, print both tables as Python literals
     python scripts/measure_assignment_data.py --check    # measure, and exit 1 unless the notebooks ship exactly these
 
+(With the defaults, 2 threads: about 35 minutes on the course's 2-core CPU while other jobs shared it,
+most of it the 66 replies with features for assignment 10.)
+
 Both tables come from SmolLM2-135M-Instruct (float32, CPU, greedy; ``python -m specbook fetch-model``
 once) on the benchmark prompts, ``specbook/data/bench_prompts.jsonl``, which no shipped head was
 trained on.  Greedy decoding is deterministic, so a rerun gives the same tokens and the same
-table (the only source of change would be a float32 near tie in another torch build).
+table (the only source of change would be a float32 near tie that another torch build or thread
+count breaks the other way).
 
 * Assignment 9, ``WORKLOADS``: for the first ``--per-category`` prompts of each workload in
   ``WORKLOADS_09``, the prompt's chat-template token ids and SmolLM2's greedy reply to it (at most
@@ -23,15 +27,17 @@ table (the only source of change would be a float32 near tie in another torch bu
   (``specbook.train.medusa.tokens_per_pass``, which counts each position's ranks jointly), so the
   error of the independence assumption can be read off.
 
-The verify-cost curve and Medusa's draft cost that assignment 10 uses are not measured here: they
-are copied from the committed benchmark report ``docs/data/bench_all.json`` (``verify_cost`` and
-``draft_sizes.medusa.draft_cost``), which this script prints beside the tables.
+The verify-cost curves and Medusa's draft cost are not measured here: they are copied from committed
+benchmark reports, which this script prints beside the tables: assignment 9's from
+``docs/data/bench_float32_limit1.json`` (``verify_cost``, float32), assignment 10's from
+``docs/data/bench_all.json`` (``verify_cost`` and ``draft_sizes.medusa.draft_cost``, bfloat16).
 """
 from __future__ import annotations
 
 import argparse
 import ast
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -41,7 +47,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 SRC_09 = ROOT / "assignments" / "src" / "09_prompt_lookup.py"
 SRC_10 = ROOT / "assignments" / "src" / "10_token_tree.py"
-BENCH_REPORT = ROOT / "docs" / "data" / "bench_all.json"
+BENCH_REPORTS = {9: ROOT / "docs" / "data" / "bench_float32_limit1.json", 10: ROOT / "docs" / "data" / "bench_all.json"}
 WORKLOADS_09 = ("code_edit", "summarize_quote", "chat")
 RANKS = 5
 DECIMALS = 3
@@ -86,17 +92,20 @@ def head_acceptance(model, tokenizer, max_new_tokens: int) -> tuple[list[list[fl
     return table, int(ranks.shape[0]), ranks
 
 
+def path_value(table: list[list[float]], path) -> float:
+    """The independence model's chance that a path of ranks is right: the product of its depths' shares."""
+    return math.prod(table[d][r] for d, r in enumerate(path))
+
+
 def independence_trees(table: list[list[float]], budgets) -> dict[int, list[tuple[int, ...]]]:
-    """The best tree of each budget under the independence model (best-first on path products)."""
-    depth, ranks = len(table), len(table[0])
-    value = lambda path: __import__("math").prod(table[d][r] for d, r in enumerate(path))  # noqa: E731
-    out, chosen, frontier = {}, [], [(r,) for r in range(ranks)]
+    """The best tree of each budget under the independence model (best-first on path values)."""
+    out, chosen, frontier = {}, [], [(r,) for r in range(len(table[0]))]
     for n in range(1, max(budgets) + 1):
-        best = max(frontier, key=lambda p: (value(p), [-x for x in p]))
+        best = max(frontier, key=lambda p: path_value(table, p))
         frontier.remove(best)
         chosen.append(best)
-        if len(best) < depth:
-            frontier += [best + (r,) for r in range(ranks)]
+        if len(best) < len(table):
+            frontier += [best + (r,) for r in range(len(table[len(best)]))]
         if n in budgets:
             out[n] = list(chosen)
     return out
@@ -163,13 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     trees = independence_trees(table, budgets)
     print("# budget: expected accepted drafts under independence / as measured jointly on the same positions")
     for n in budgets:
-        model_e = sum(__import__("math").prod(table[d][r] for d, r in enumerate(p)) for p in trees[n])
+        model_e = sum(path_value(table, p) for p in trees[n])
         joint_e = tokens_per_pass(ranks, [list(p) for p in trees[n]]) - 1
         print(f"#   N = {n:2d}: {model_e:.3f} / {joint_e:.3f}")
-    report = json.loads(BENCH_REPORT.read_text())
-    print(f"# {BENCH_REPORT.relative_to(ROOT)}: verify_cost.specbook.v = "
-          f"{[round(x, 3) for x in report['verify_cost']['specbook']['v']]}; medusa draft_cost = "
-          f"{report['draft_sizes']['medusa']['draft_cost']}; dtype {report['settings']['dtype']}")
+    for number, path in BENCH_REPORTS.items():
+        report = json.loads(path.read_text())
+        costs = report["draft_sizes"].get("medusa", {}).get("draft_cost", "not in this report")
+        print(f"# assignment {number}, {path.relative_to(ROOT)} ({report['settings']['dtype']}): verify_cost.specbook.v = "
+              f"{[round(x, 3) for x in report['verify_cost']['specbook']['v']]}; medusa draft_cost: {costs}")
 
     if args.check:
         ok = shipped_literal(SRC_09, "WORKLOADS") == work and shipped_literal(SRC_10, "ACCEPTANCE") == table
