@@ -27,11 +27,29 @@ tiny).  Activations stay in the run's dtype; only the weights are rounded:
   (the layout of torch's CPU kernel ``aten._weight_int4pack_mm_for_cpu``, whose packed weight
   ``aten._convert_weight_to_int4pack_for_cpu`` builds once, on first use).
 
-Where a fused kernel is missing (another device, an old torch, an int4 layer whose output width
-is not a multiple of 16), the layer dequantises and multiplies: the same weights, slower.
-Measured on a 2-core AMD EPYC (avx512_bf16, no AMX), torch 2.13: both kernels are vectorised for
-bfloat16 activations only; with float32 activations they run scalar code, several times slower
-than the float32 product they replace (see docs/bench.md, "The target's own low-bit copy").
+Both kernels loop over the rows one matrix-vector product at a time, so their cost grows with the
+rows: they serve decode steps and short feeds (at most ``FUSED_MAX_ROWS`` rows), and a prompt's
+prefill dequantises the matrix once and multiplies (``F.linear``), as does every layer where a
+fused kernel is missing (another device, an old torch, an int4 layer whose output width is not a
+multiple of 16): the same weights, another order of summation.  Measured on a 2-core AMD EPYC
+(avx512_bf16, no AMX), torch 2.13, 1 thread, load 4-5, the 49152 x 576 LM head, per product:
+
+==================  ==========  ===========  ===========  ==========================
+dtype, rows         ``Linear``  int8 kernel  int4 kernel  int8 dequantised, F.linear
+==================  ==========  ===========  ===========  ==========================
+bfloat16, 1 row     4.5 ms      4.1 ms       1.8 ms       106 ms
+bfloat16, 5 rows    4.0 ms      14.5 ms      4.6 ms       112 ms
+bfloat16, 300 rows  124 ms      688 ms       333 ms       239 ms
+float32, 1 row      9.5 ms      41 ms        76 ms        199 ms
+float32, 300 rows   344 ms      15.5 s       24.4 s       597 ms
+==================  ==========  ===========  ===========  ==========================
+
+So with bfloat16 activations int4 streams its quarter of the bytes about 2.5x faster than the
+prepacked bfloat16 product (``models/linear.py``), while the int8 kernel is no faster than it: the
+int8 copy's draft step costs about a target step.  With float32 activations both kernels run
+scalar code, several times slower than the float32 product they replace: in a float32 run the
+low-bit copy is a slower drafter than the target itself (docs/bench.md, "The target's own
+low-bit copy").
 """
 from __future__ import annotations
 
@@ -47,6 +65,7 @@ from .draft_model import DraftModelDrafter
 
 BITS = (8, 4)
 INT4_GROUP_SIZES = (32, 64, 128, 256)  # what torch's int4 kernel accepts
+FUSED_MAX_ROWS = 16  # more rows (a prefill) dequantise once and multiply: the kernels loop over rows
 
 
 @lru_cache(maxsize=None)
@@ -97,17 +116,16 @@ class QuantLinear(nn.Module):
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
         self._int4_packed: torch.Tensor | None = None  # torch's int4 kernel layout, built on first use
 
-    def dequantised(self) -> torch.Tensor:
-        """The weight this layer multiplies by, (O, I) float32."""
+    def dequantised(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The weight this layer multiplies by, (O, I), computed in ``dtype``."""
         if self.bits == 8:
-            return self.qweight.float() * self.scales.float()[:, None]
-        q = torch.stack([self.qweight & 15, self.qweight >> 4], -1).view(self.out_features, -1).float()  # (O, I)
-        scale, zero = self.scale_zero.float().transpose(0, 1).unbind(-1)  # (O, G) each
-        q = q.view(self.out_features, -1, self.group_size)  # (O, G, group_size)
-        return ((q - 8) * scale[..., None] + zero[..., None]).view(self.out_features, self.in_features)
+            return self.qweight.to(dtype) * self.scales.to(dtype)[:, None]
+        q = torch.stack([self.qweight & 15, self.qweight >> 4], -1).view(self.out_features, -1, self.group_size)
+        scale, zero = self.scale_zero.to(dtype).transpose(0, 1).unbind(-1)  # (O, G) each
+        return ((q.to(dtype) - 8) * scale[..., None] + zero[..., None]).view(self.out_features, self.in_features)
 
     def _dequantised_product(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.dequantised().to(x.dtype))  # (R, O)
+        return F.linear(x, self.dequantised(x.dtype))  # (R, O)
 
     def _fused(self, x: torch.Tensor) -> torch.Tensor:
         if self.bits == 8:
@@ -119,8 +137,10 @@ class QuantLinear(nn.Module):
                                                           self.scale_zero.to(x.dtype))  # (R, O)
 
     def uses_fused_kernel(self, x: torch.Tensor) -> bool:
+        """For ``x`` (R, I): a fused kernel exists here, for this layer, and R <= FUSED_MAX_ROWS."""
         return (self.FUSED and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
-                and (self.bits == 8 or self.out_features % 16 == 0) and fused_kernel_available(self.bits))
+                and x.shape[0] <= FUSED_MAX_ROWS and (self.bits == 8 or self.out_features % 16 == 0)
+                and fused_kernel_available(self.bits))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).contiguous()  # (R, I)

@@ -138,6 +138,19 @@ def test_dequantised_weights_are_the_stored_integers_times_their_steps():
     torch.testing.assert_close(levels, levels.round(), atol=1e-3, rtol=0)  # every weight sits on one of 16 levels
 
 
+def test_a_prefill_dequantises_once_instead_of_looping_the_kernel_over_its_rows():
+    from specbook.drafters.lowbit import FUSED_MAX_ROWS
+
+    lin = float_layer()
+    layer = QuantLinear(lin, 8)
+    many = torch.randn(FUSED_MAX_ROWS + 1, 64, generator=torch.Generator().manual_seed(4))
+    assert not layer.uses_fused_kernel(many)
+    assert layer.uses_fused_kernel(many[:FUSED_MAX_ROWS]) == fused_kernel_available(8)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(many)[:FUSED_MAX_ROWS], layer(many[:FUSED_MAX_ROWS]), atol=1e-4, rtol=1e-4)
+        assert ((layer(many) - lin(many)).abs() <= rounding_bound(lin, many, 8) + 1e-4).all()
+
+
 def test_int4_layer_whose_width_the_kernel_refuses_falls_back():
     """torch's int4 CPU kernel needs the output width to be a multiple of 16; the tiny vocabulary (97) is not."""
     lin = float_layer(out_features=97, bias=False)
