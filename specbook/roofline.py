@@ -22,9 +22,9 @@ positions when verifying a chain of gamma drafts, 1 when decoding plainly):
 * ``params``       parameters read per step (weights);
 * ``dtype_bytes``  bytes per weight (2 for bfloat16, 4 for float32);
 * ``kv_bytes_per_row``  KV-cache bytes each row reads per step (optional, default 0):
-  2 (keys and values) x layers x kv_heads x head_dim x context x dtype bytes.  Attention
-  FLOPs over the context are left out; both matter at long context, not in the lesson's
-  table.
+  2 (keys and values) x layers x kv_heads x head_dim x context x dtype bytes.  Here it
+  joins the weights in one max; :func:`serving_step_time` prices attention as the kernel
+  of its own that it is.
 
     FLOPs  = 2 * params * B * positions_per_row
     bytes  = params * dtype_bytes + B * kv_bytes_per_row
@@ -41,6 +41,14 @@ with the verify cost taken from the roofline at the actual batch: one round is g
 steps at ``c`` times a plain target step (at the same batch) plus one verify step over
 gamma + 1 positions per row, and it yields E(alpha, gamma) = (1 - alpha^(gamma+1)) /
 (1 - alpha) tokens per row (:func:`specbook.theory.expected_tokens`).
+
+What the plain roofline leaves out (the second half of this module, lesson 6's third part):
+:func:`serving_predict` adds, one keyword each, the KV cache as its own kernel (read once per
+row or once per position: :func:`serving_step_time`), a draft priced as a decoder of its own
+(:class:`ModelShape`), a static batch that waits for its slowest row (the exact law of the
+rounds a row needs: :func:`rounds_needed_cdf`, :func:`expected_slowest_rounds`), and kernels
+that reach a share of the peaks; :func:`serving_crossover` finds where speculation then loses,
+and :func:`ridge_batch` where the verify step reaches the ridge, a different batch.
 
 Hardware presets hold vendor datasheet peaks (dense, no structured sparsity) and memory
 bandwidth; ``docs/batching.md`` cites each.  ``Hardware.measured(...)`` makes "this machine"
