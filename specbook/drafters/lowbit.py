@@ -28,11 +28,12 @@ tiny).  Activations stay in the run's dtype; only the weights are rounded:
   ``aten._convert_weight_to_int4pack_for_cpu`` builds once, on first use).
 
 Both kernels loop over the rows one matrix-vector product at a time, so their cost grows with the
-rows: they serve decode steps and short feeds (at most ``FUSED_MAX_ROWS`` rows), and a prompt's
-prefill dequantises the matrix once and multiplies (``F.linear``), as does every layer where a
-fused kernel is missing (another device, an old torch, an int4 layer whose output width is not a
-multiple of 16): the same weights, another order of summation.  Measured on a 2-core AMD EPYC
-(avx512_bf16, no AMX), torch 2.13, 1 thread, load 4-5, the 49152 x 576 LM head, per product:
+rows, while dequantising costs one pass over the weights whatever the rows: the kernels serve decode
+steps and short feeds (:func:`fused_max_rows`), and a long prefill dequantises each matrix once, in
+the activations' dtype, and multiplies (``F.linear``), as does every layer where a fused kernel is
+missing (another device, an old torch, an int4 layer whose output width is not a multiple of 16):
+the same weights, another order of summation.  Measured on a 2-core AMD EPYC (avx512_bf16, no
+AMX), torch 2.13, 1 thread, load 4-5, the 49152 x 576 LM head, per product:
 
 ==================  ==========  ===========  ===========  ==========================
 dtype, rows         ``Linear``  int8 kernel  int4 kernel  int8 dequantised, F.linear
@@ -65,7 +66,15 @@ from .draft_model import DraftModelDrafter
 
 BITS = (8, 4)
 INT4_GROUP_SIZES = (32, 64, 128, 256)  # what torch's int4 kernel accepts
-FUSED_MAX_ROWS = 16  # more rows (a prefill) dequantise once and multiply: the kernels loop over rows
+
+
+def fused_max_rows(bits: int, dtype: torch.dtype) -> int:
+    """Rows up to which a fused kernel beat dequantise-and-multiply over a whole SmolLM2-135M copy on the
+    machine of the table above (a prompt of T rows, median of 3): bfloat16 int8 from about 30 rows on,
+    int4 from about 200 (its dequantising is dearer); float32 from 2 rows on (scalar kernels)."""
+    if dtype == torch.float32:
+        return 2
+    return 16 if bits == 8 else 192
 
 
 @lru_cache(maxsize=None)
@@ -121,8 +130,9 @@ class QuantLinear(nn.Module):
         if self.bits == 8:
             return self.qweight.to(dtype) * self.scales.to(dtype)[:, None]
         q = torch.stack([self.qweight & 15, self.qweight >> 4], -1).view(self.out_features, -1, self.group_size)
-        scale, zero = self.scale_zero.to(dtype).transpose(0, 1).unbind(-1)  # (O, G) each
-        return ((q.to(dtype) - 8) * scale[..., None] + zero[..., None]).view(self.out_features, self.in_features)
+        scale, zero = (t.contiguous() for t in self.scale_zero.to(dtype).transpose(0, 1).unbind(-1))  # (O, G) each
+        lowest = zero - 8 * scale  # the weight q = 0 stands for: W = lowest + q s, one fused pass
+        return torch.addcmul(lowest[..., None], q.to(dtype), scale[..., None]).view(self.out_features, self.in_features)
 
     def _dequantised_product(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.dequantised(x.dtype))  # (R, O)
@@ -137,10 +147,10 @@ class QuantLinear(nn.Module):
                                                           self.scale_zero.to(x.dtype))  # (R, O)
 
     def uses_fused_kernel(self, x: torch.Tensor) -> bool:
-        """For ``x`` (R, I): a fused kernel exists here, for this layer, and R <= FUSED_MAX_ROWS."""
+        """For ``x`` (R, I): a fused kernel exists here, for this layer, and R <= :func:`fused_max_rows`."""
         return (self.FUSED and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16, torch.float16)
-                and x.shape[0] <= FUSED_MAX_ROWS and (self.bits == 8 or self.out_features % 16 == 0)
-                and fused_kernel_available(self.bits))
+                and x.shape[0] <= fused_max_rows(self.bits, x.dtype)
+                and (self.bits == 8 or self.out_features % 16 == 0) and fused_kernel_available(self.bits))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.reshape(-1, self.in_features).contiguous()  # (R, I)

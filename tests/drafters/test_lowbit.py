@@ -18,7 +18,7 @@ from torch import nn
 
 from specbook.decode import generate, speculative_generate
 from specbook.drafters import DraftModelDrafter
-from specbook.drafters.lowbit import QuantLinear, fused_kernel_available, lowbit_copy, lowbit_drafter
+from specbook.drafters.lowbit import QuantLinear, fused_kernel_available, fused_max_rows, lowbit_copy, lowbit_drafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.models.linear import Linear
 from specbook.sampling import GREEDY, SamplingParams, logits_to_probs
@@ -92,12 +92,12 @@ def test_quantised_linear_is_within_the_rounding_bound_of_the_float_one(bits, pa
         pytest.skip(f"this torch build has no fused int{bits} CPU kernel")
     lin = float_layer()
     layer = QuantLinear(lin, bits)
-    x = torch.randn(2, 5, 64, generator=torch.Generator().manual_seed(1))  # (B, N, I)
-    assert layer.uses_fused_kernel(x) == (path == "fused")
+    x = torch.randn(2, 1, 64, generator=torch.Generator().manual_seed(1))  # (B, N, I): two decode rows
+    assert layer.uses_fused_kernel(x.view(-1, 64)) == (path == "fused")
     with torch.no_grad():
         got, want = layer(x), lin(x)
-    assert got.shape == want.shape == (2, 5, 48)
-    bound = rounding_bound(lin, x.view(-1, 64), bits).view(2, 5, 48)
+    assert got.shape == want.shape == (2, 1, 48)
+    bound = rounding_bound(lin, x.view(-1, 64), bits).view(2, 1, 48)
     excess = (got - want).abs() - bound
     assert excess.max() <= 1e-4, f"int{bits} {path}: beyond the rounding bound by {excess.max():.3g}"
     # not trivially so: rounding moved the output by a visible fraction of the bound
@@ -111,6 +111,8 @@ def test_fused_kernel_equals_dequantise_and_multiply(bits):
     x = torch.randn(7, 64, generator=torch.Generator().manual_seed(2))
     for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 0.1)):
         layer = QuantLinear(float_layer(), bits).to(dtype)
+        x = x[:fused_max_rows(bits, dtype)]
+        assert layer.uses_fused_kernel(x.to(dtype))
         assert layer.scales.dtype == dtype if bits == 8 else layer.scale_zero.dtype == dtype  # .to() moves the scales
         with torch.no_grad():
             fused = layer(x.to(dtype))
@@ -139,16 +141,16 @@ def test_dequantised_weights_are_the_stored_integers_times_their_steps():
 
 
 def test_a_prefill_dequantises_once_instead_of_looping_the_kernel_over_its_rows():
-    from specbook.drafters.lowbit import FUSED_MAX_ROWS
-
     lin = float_layer()
     layer = QuantLinear(lin, 8)
-    many = torch.randn(FUSED_MAX_ROWS + 1, 64, generator=torch.Generator().manual_seed(4))
+    n = fused_max_rows(8, torch.float32)
+    many = torch.randn(n + 1, 64, generator=torch.Generator().manual_seed(4))
     assert not layer.uses_fused_kernel(many)
-    assert layer.uses_fused_kernel(many[:FUSED_MAX_ROWS]) == fused_kernel_available(8)
+    assert layer.uses_fused_kernel(many[:n]) == fused_kernel_available(8)
     with torch.no_grad():
-        torch.testing.assert_close(layer(many)[:FUSED_MAX_ROWS], layer(many[:FUSED_MAX_ROWS]), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(layer(many)[:n], layer(many[:n]), atol=1e-4, rtol=1e-4)
         assert ((layer(many) - lin(many)).abs() <= rounding_bound(lin, many, 8) + 1e-4).all()
+    assert n < fused_max_rows(8, torch.bfloat16) < fused_max_rows(4, torch.bfloat16)  # int4 dequantises dearer
 
 
 def test_int4_layer_whose_width_the_kernel_refuses_falls_back():
