@@ -1,6 +1,7 @@
 """Markdown tables from a benchmark report written by ``python -m specbook bench --json``.
 
     python scripts/bench_tables.py docs/data/bench_bfloat16_limit1.json [more.json ...]
+    python scripts/bench_tables.py --repeats run1.json run2.json run3.json   # one table over repeated runs
 
 Prints, for each report, four tables, each under a one-line caption that names the JSON file
 and the command that wrote it (the report's ``settings.command``), so that every table pasted
@@ -19,13 +20,21 @@ into docs/ can be traced to the file committed beside it:
     n positions in one pass relative to one; Leviathan et al. 2023, sec. 3.4);
 (d) the draft sizes ``--gamma auto`` chose (``draft_sizes``).
 
+``--repeats`` reads several reports of one command (the same settings, each written by its own
+run) and prints one table instead:
+
+(e) per engine/drafter and category, the median over the runs of ``speedup_vs_autoregressive``
+    with the lowest and highest in brackets, and the median ``alpha`` (accepted / verified drafts;
+    a greedy run repeats its tokens, so its alpha is the same every time).
+
 Every number is copied from the report, only rounded; nothing is recomputed except the ratio
-of (b)'s last column, which divides two of the report's tokens/s.  Reads JSON only: no model,
-no torch.
+of (b)'s last column, which divides two of the report's tokens/s, and (e)'s medians.  Reads JSON
+only: no model, no torch.
 """
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -173,10 +182,49 @@ def render(path: str | Path, report: dict) -> str:
     return "\n\n".join(blocks)
 
 
+def repeats_table(paths: list, reports: list[dict]) -> str:
+    """(e): median speedup [lowest, highest] over repeated runs of one command, and median alpha, per
+    engine/drafter and category; ValueError naming the files when their settings differ."""
+    def settings(report):
+        return {k: v for k, v in report["settings"].items() if k != "command"}
+
+    for path, report in zip(paths[1:], reports[1:]):
+        if settings(report) != settings(reports[0]):
+            raise ValueError(f"{path}: not a repeat of {paths[0]} (the settings differ)")
+    categories = list(dict.fromkeys(r["category"] for r in reports[0]["runs"])) + ["all"]
+    cells: dict = {}
+    for report in reports:
+        for r in report["runs"] + report["overall"]:
+            cells.setdefault((r["engine"], label(r), r["category"]), []).append(r)
+    rows = []
+    for engine, drafter in _pairs(reports[0]):
+        if drafter == BASELINE:
+            continue
+        row = [f"{engine} / {drafter}"]
+        for cat in categories:
+            runs = cells.get((engine, drafter, cat), [])
+            speedups = [r["speedup_vs_autoregressive"] for r in runs if r["speedup_vs_autoregressive"] is not None]
+            alphas = [r["alpha"] for r in runs if r.get("alpha") is not None]
+            alpha = f", α {statistics.median(alphas):.2f}" if alphas else ""
+            row.append("-" if not speedups else f"{statistics.median(speedups):.2f}x "
+                       f"[{min(speedups):.2f}, {max(speedups):.2f}]{alpha}")
+        rows.append(row)
+    files = ", ".join(f"`{Path(p).as_posix()}`" for p in paths)
+    command = reports[0]["settings"].get("command") or "command not recorded"
+    what = (f"Speedup over the same engine's plain decoding, median of {len(reports)} runs [lowest, highest], and "
+            f"alpha (accepted / verified drafts). From {files}, each written by `{command}` with its own --json")
+    return f"*{what}.*\n\n" + markdown_table(["engine / drafter"] + categories, rows, "lr")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("reports", nargs="+", metavar="REPORT.json", help="written by python -m specbook bench --json")
+    ap.add_argument("--repeats", action="store_true",
+                    help="the reports are repeated runs of one command: one table of medians over them")
     args = ap.parse_args(argv)
+    if args.repeats:
+        print(repeats_table(args.reports, [load_report(p) for p in args.reports]))
+        return 0
     out = [render(p, load_report(p)) for p in args.reports]
     print("\n\n".join(out))
     return 0

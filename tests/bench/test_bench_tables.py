@@ -166,3 +166,34 @@ def test_the_caption_says_which_bandwidth_the_roofline_fraction_divides_by(tmp_p
         assert float(roof) == round(r["roofline_fraction"], 2)
         assert float(roof_sum) == round(r["roofline_fraction_sum_read"], 2)
         assert float(tau) == round(r["tau"], 2)
+
+
+def test_repeats_table_holds_the_median_and_range_of_each_cell(tmp_path, capsys):
+    runs = []
+    for i, factor in enumerate((1.0, 0.5, 2.0)):  # the second and third run a drafter at half and twice the speedup
+        report = _report()
+        for r in report["runs"] + report["overall"]:
+            r["alpha"] = None if r["drafter"] == "none" else 0.8
+            if r["drafter"] != "none":
+                r["speedup_vs_autoregressive"] *= factor
+        path = tmp_path / f"run{i}.json"
+        path.write_text(json.dumps(report))
+        runs.append(path)
+    assert _script().main(["--repeats", *map(str, runs)]) == 0
+    out = capsys.readouterr().out
+    assert all(p.as_posix() in out for p in runs) and "median of 3 runs" in out and COMMAND in out
+    (table,) = md_tables(out)
+    cells = {(r["engine"], r["drafter"], r["category"]): r for r in _report()["runs"] + _report()["overall"]}
+    assert [row[0] for row in table] == ["specbook / ngram", "specbook / eagle", "transformers / ngram"]
+    for row in table:
+        engine, drafter = row[0].split(" / ")
+        for category, cell in zip(["code", "chat", "all"], row[1:]):
+            got = re.fullmatch(r"([\d.]+)x \[([\d.]+), ([\d.]+)\], α ([\d.]+)", cell)
+            s = cells[(engine, drafter, category)]["speedup_vs_autoregressive"]
+            assert (float(got[1]), float(got[2]), float(got[3])) == (round(s, 2), round(s / 2, 2), round(2 * s, 2))
+            assert float(got[4]) == 0.8
+    other = _report()
+    other["settings"]["max_new_tokens"] = 32
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="other.json: not a repeat"):
+        _script().main(["--repeats", str(runs[0]), str(tmp_path / "other.json")])
