@@ -507,9 +507,10 @@ print(f"H100, 7B, B=64, γ=4, α=0.8, c=0.05: verify cost v = {worked_explorer['
 # column before you read the speedups.
 #
 # The full run is slow: two decodes per batch size, the largest verifying 16 × 5 positions
-# per pass through a 135M-parameter model. On the 2-core CPU of the course's development
-# machine it took about five minutes (more on a busy machine); the bar counts batch sizes,
-# shows its own estimate of the time left, and the cell prints how long the sweep took.
+# per pass through a 135M-parameter model. On the course's 2-core development machine,
+# shared with other jobs (load average 3 to 5), the sweep took six minutes and the whole
+# lesson seven; the bar counts batch sizes, shows its own estimate of the time left, and the
+# cell prints how long the sweep took.
 
 # %%
 class TimedTarget(LlamaTarget):
