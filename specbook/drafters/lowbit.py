@@ -8,8 +8,9 @@ about weight bytes / memory bandwidth (the roofline; Williams, Waterman & Patter
 copy of the target whose matrices hold int8 streams half the bytes of bfloat16 (a quarter of
 float32), int4 a quarter; and since it *is* the target up to rounding, it proposes what the
 target would say on most tokens: a high alpha at a draft cost c set by bytes.  Georganas et al.
-(2025, "ML-SpecQD", arXiv:2503.13565) draft with an MXFP4 copy of the bfloat16 target on Xeon
-CPUs and report up to 2x (2.72x with a second, smaller draft for the draft).
+(2025, "ML-SpecQD", arXiv:2503.13565) draft with an MXFP4 copy of the bfloat16 target on Intel
+CPUs, with their own MXFP4 kernel, and report up to 2x (2.72x with a second, smaller draft for the
+draft).
 
 Why it stays lossless.  The copy is only a draft model: :class:`DraftModelDrafter` samples from
 its distribution q and the full-precision target verifies (Leviathan et al. 2023, Appendix A.1
