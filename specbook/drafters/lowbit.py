@@ -70,9 +70,10 @@ INT4_GROUP_SIZES = (32, 64, 128, 256)  # what torch's int4 kernel accepts
 
 
 def fused_max_rows(bits: int, dtype: torch.dtype) -> int:
-    """Rows up to which a fused kernel beat dequantise-and-multiply over a whole SmolLM2-135M copy on the
-    machine of the table above (a prompt of T rows, median of 3): bfloat16 int8 from about 30 rows on,
-    int4 from about 200 (its dequantising is dearer); float32 from 2 rows on (scalar kernels)."""
+    """Rows up to which a layer uses its fused kernel.  Over a whole SmolLM2-135M copy on the machine of
+    the table above (a prompt of T rows, best of 3), dequantise-and-multiply became the cheaper path
+    between 16 and 100 rows for int8 in bfloat16, between 192 and 300 for int4 (its dequantising is
+    dearer), and between 2 and 4 rows with float32 activations (scalar kernels)."""
     if dtype == torch.float32:
         return 2
     return 16 if bits == 8 else 192
