@@ -34,7 +34,7 @@ from .diagnose import token_hint
 from .engine import (DEFAULT_ALPHA, DEFAULT_CALL_TIMEOUT, DEFAULT_TIME_BUDGET, Collected, Plan, call_failure,
                      run_plan, too_slow)
 from .lawtests import acceptance_check, law_check
-from .report import FAIL, INFO, PASS, Check, Report, assert_passed
+from .report import FAIL, INFO, PASS, Check, Report, assert_with_retry
 
 HINT_ACCEPT = ("Keep the draft x with probability min(1, p(x)/q(x)): draw u ~ U(0, 1) from `generator` and keep x "
                "iff u * q(x) < p(x). Use the draft's own probability q(x), not p(x) alone, and do not swap p and q. "
@@ -180,13 +180,7 @@ def check_token_rule(fn, *, seed: int = 0, alpha: float = DEFAULT_ALPHA, call_ti
 
 
 def assert_token_rule(fn, *, retry_seed: int | None = None, **kwargs) -> Report:
-    """:func:`check_token_rule`, raising AssertionError with the report's text unless it passed.
-
-    ``retry_seed``: when the first check fails, run it once more with this seed and keep that
-    verdict.  A correct function then fails with probability at most ``alpha ** 2`` (the two runs
-    are independent), and a wrong one passes with at most twice its single-run miss rate.
-    """
-    report = check_token_rule(fn, **kwargs)
-    if not report.passed and retry_seed is not None:
-        report = check_token_rule(fn, **{**kwargs, "seed": retry_seed})
-    return assert_passed(report)
+    """:func:`check_token_rule`, raising AssertionError with the report's text unless it passed; with
+    ``retry_seed``, a failed check is run once more with that seed and the second verdict stands
+    (see :func:`~specbook.grading.report.assert_with_retry`)."""
+    return assert_with_retry(check_token_rule, fn, retry_seed, **kwargs)

@@ -51,7 +51,7 @@ from .diagnose import came_back, came_back_hint, chain_hint
 from .engine import (DEFAULT_ALPHA, DEFAULT_CALL_TIMEOUT, DEFAULT_TIME_BUDGET, Collected, Plan, call_failure,
                      run_plan, too_slow)
 from .lawtests import acceptance_check, law_check
-from .report import FAIL, INFO, PASS, Check, Report, assert_passed
+from .report import FAIL, INFO, PASS, Check, Report, assert_with_retry
 
 HINT_FIRST = "The first emitted token must be distributed as target_probs[0] (the law of one ordinary step)."
 HINT_FIRST_FIXED = ("Here the drafts are fixed (not drawn from draft_probs), so the law tested is not target_probs[0]: "
@@ -333,13 +333,7 @@ def check_verifier(fn, *, seed: int = 0, alpha: float = DEFAULT_ALPHA, call_time
 
 
 def assert_verifier(fn, *, retry_seed: int | None = None, **kwargs) -> Report:
-    """:func:`check_verifier`, raising AssertionError with the report's text unless it passed.
-
-    ``retry_seed``: when the first check fails, run it once more with this seed and keep that
-    verdict.  A correct function then fails with probability at most ``alpha ** 2`` (the two runs
-    are independent), and a wrong one passes with at most twice its single-run miss rate.
-    """
-    report = check_verifier(fn, **kwargs)
-    if not report.passed and retry_seed is not None:
-        report = check_verifier(fn, **{**kwargs, "seed": retry_seed})
-    return assert_passed(report)
+    """:func:`check_verifier`, raising AssertionError with the report's text unless it passed; with
+    ``retry_seed``, a failed check is run once more with that seed and the second verdict stands
+    (see :func:`~specbook.grading.report.assert_with_retry`)."""
+    return assert_with_retry(check_verifier, fn, retry_seed, **kwargs)
