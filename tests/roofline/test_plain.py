@@ -405,7 +405,7 @@ def test_the_batching_page_shows_what_the_library_computes():
     """docs/batching.md's crossover tables of the 7B example are serving_crossover's numbers."""
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "docs" / "batching.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "batching.md").read_text()
     sizes = range(1, 4097)
 
     def shown(value):

@@ -65,7 +65,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from . import theory
+from .. import theory
 
 __all__ = [
     "DTYPE_BYTES", "Hardware", "PRESETS", "Prediction", "preset",
