@@ -165,7 +165,7 @@ print(f"temperature 0.7: 800 sequences of 3 tokens against the exact law: chi-sq
 from specbook.grading.own_work import VERIFIERS, assert_own_work
 from specbook.models import LlamaTarget
 from specbook.models.smollm2 import is_fetched, load_smollm2
-from specbook.teach.exercises.lesson_04b import CacheWatch, ScriptedDrafter, greedy_truth, tiny_llama
+from specbook.teach.exercises.loop_fixtures import CacheWatch, ScriptedDrafter, greedy_truth, tiny_llama
 
 _LOOPS = tuple(f"specbook.{name}" for name in (
     "decode.speculative_generate", "decode.speculative_steps", "decode.generate", "decode.generate_steps",

@@ -9,10 +9,9 @@ chi-square test on raw counts, :mod:`specbook.stats`).  A law test that fails is
 second seed, so a correct answer is called wrong with probability below ``ALPHA ** 2`` = 1e-8; the
 seeds are fixed, so the instructor's solution gets the same verdict on every run.
 
-The real-model graders use a tiny random Llama (a real KV cache, in well under a second) and two
-helpers that assignment 8's hidden tests use as well: :class:`CacheWatch`, a target that remembers
-which tokens its cache holds, and :class:`ScriptedDrafter`, which drafts the true greedy continuation
-with one deliberate error whose position cycles, so that every number of accepted drafts occurs.
+The real-model graders (part (c)) run the reader's code against :mod:`.loop_fixtures`, as assignment
+8's hidden tests do: a tiny random Llama (a real KV cache, in well under a second), a target that
+remembers which tokens its cache holds, and a drafter that errs at every position in turn.
 """
 from __future__ import annotations
 
@@ -22,14 +21,13 @@ from typing import Callable
 import torch
 
 from ... import stats
-from ...decode import generate, speculative_generate, speculative_steps
+from ...decode import speculative_generate, speculative_steps
 from ...drafters.draft_model import DraftModelDrafter
-from ...models import LlamaConfig, LlamaModel, LlamaTarget
-from ...protocols import Draft
 from ...sampling import GREEDY, SamplingParams
 from ...toy import make_toy_pair
 from . import Wrong, grader
 from .lesson_01 import call, choice, whole
+from .loop_fixtures import CacheWatch, ScriptedDrafter, tiny_case
 
 ALPHA = 1e-4  # level of each law test; a failure is rerun once with the second seed
 SEEDS = (40_201, 40_202)
@@ -117,102 +115,6 @@ def library_round(target, draft_model, contexts: list[list[int]], gamma: int) ->
                               params=GREEDY, gamma=gamma)
     step = next(steps)
     return [row[:n] for row, n in zip(step.tokens.tolist(), step.num_emitted.tolist())]
-
-
-def tiny_llama(seed: int = 0) -> LlamaModel:
-    """A small random Llama (97 tokens, 2 layers): a real KV cache, decoding in milliseconds."""
-    config = LlamaConfig(vocab_size=97, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=96,
-                         max_position_embeddings=256, rope_theta=500.0, tie_embeddings=True)
-    return LlamaModel(config).init_weights(std=0.3, generator=torch.Generator().manual_seed(seed)).eval()
-
-
-def greedy_truth(target, prompt: list[int], length: int) -> list[int]:
-    """The target's greedy continuation of ``prompt`` (plain decoding, the library's ``generate``)."""
-    return generate(target, torch.tensor(prompt), length, params=GREEDY).new_tokens[0].tolist()
-
-
-class CacheWatch:
-    """A one-row Target that passes every call to ``inner`` and remembers which tokens its cache holds.
-
-    ``held``: the tokens in the cache now; ``passes``: forward calls since the last reset.  With
-    ``truth`` (a sequence the cache may only ever hold a prefix of: the prompt and its greedy
-    continuation), every forward first checks that the cache holds nothing else, and the first time it
-    does not, a sentence saying so is appended to ``violations``.  Anything but ``vocab_size``,
-    ``reset``, ``forward``, ``cache_lengths`` and ``rollback`` is refused (the Target protocol).
-    """
-
-    def __init__(self, inner, truth: list[int] | None = None):
-        self.inner = inner
-        self.vocab_size = inner.vocab_size
-        self.truth = None if truth is None else list(truth)
-        self.held: list[int] = []
-        self.violations: list[str] = []
-        self.passes = 0
-
-    def reset(self, batch_size: int) -> None:
-        if batch_size != 1:
-            raise ValueError(f"batch_size must be 1 (one row is decoded here), got {batch_size}")
-        self.inner.reset(1)
-        self.held, self.passes = [], 0
-
-    @property
-    def cache_lengths(self) -> torch.Tensor:
-        return self.inner.cache_lengths
-
-    def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None) -> torch.Tensor:
-        if parents is not None:
-            raise ValueError("parents must be None: this loop verifies chains")
-        if not torch.is_tensor(tokens) or tokens.dim() != 2 or tokens.shape[0] != 1:
-            raise ValueError(f"tokens must be a (1, N) tensor, got {getattr(tokens, 'shape', type(tokens).__name__)}")
-        if self.truth is not None and not self.violations and self.held != self.truth[:len(self.held)]:
-            first = next((i for i, (a, b) in enumerate(zip(self.held, self.truth)) if a != b), len(self.truth))
-            self.violations.append(
-                f"pass {self.passes + 1} began with {len(self.held)} tokens in the cache, and the one at position "
-                f"{first} is not the text's token there. Before a pass the cache must hold exactly the prompt and "
-                "the tokens emitted so far but the last: no rejected draft left behind, nothing fed twice")
-        logits = self.inner.forward(tokens)
-        self.held += [int(t) for t in tokens[0].tolist()]
-        self.passes += 1
-        return logits
-
-    __call__ = forward
-
-    def rollback(self, lengths) -> None:
-        self.inner.rollback(lengths)
-        self.held = self.held[: int(self.inner.cache_lengths[0])]
-
-    def __getattr__(self, name: str):
-        raise AttributeError(f"the target offers vocab_size, reset, forward, cache_lengths and rollback; "
-                             f"{name!r} is not one of them")
-
-
-class ScriptedDrafter:
-    """Drafts for one row from a known text (the prompt and its greedy continuation): the next ``gamma``
-    tokens of the text, with one deliberate error whose position cycles over 0..gamma from call to call
-    (gamma: no error, so the round ends with a bonus token).  ``requested`` lists the gamma of each call."""
-
-    def __init__(self, text: list[int], vocab_size: int):
-        self.text, self.vocab_size = list(text), vocab_size
-        self.requested: list[int] = []
-
-    def propose(self, contexts, gamma: int, params=GREEDY, generator=None) -> Draft:
-        if len(contexts) != 1:
-            raise ValueError(f"contexts must hold one row (a list with one 1-D tensor), got {len(contexts)}")
-        n = len(contexts[0])
-        drafts = self.text[n:n + gamma]
-        drafts += [0] * (gamma - len(drafts))
-        wrong_at = len(self.requested) % (gamma + 1)
-        if wrong_at < gamma:
-            drafts[wrong_at] = (drafts[wrong_at] + 1) % self.vocab_size
-        self.requested.append(gamma)
-        return Draft(torch.tensor(drafts, dtype=torch.long).reshape(1, gamma), None)
-
-
-def _tiny_case(n: int, gamma: int):
-    """(LlamaTarget, prompt, greedy continuation of n + gamma + 1 tokens) on the tiny Llama."""
-    target = LlamaTarget(tiny_llama(), max_length=64)
-    prompt = torch.randint(97, (6,), generator=torch.Generator().manual_seed(7)).tolist()
-    return target, prompt, greedy_truth(target, prompt, n + gamma + 1)
 
 
 # --------------------------------------------------------------------------- part (a): one row, toy models
@@ -361,7 +263,7 @@ CACHED_GAMMA = 3
 
 @grader("04b.5")
 def _cached_round(cached_round):
-    target, prompt, truth = _tiny_case(0, CACHED_GAMMA)
+    target, prompt, truth = tiny_case(0, CACHED_GAMMA)
     watch = CacheWatch(target)
     cases = [(j, truth[:CACHED_GAMMA]) for j in range(CACHED_GAMMA + 1)] + [(None, [])]
     for wrong_at, drafts in cases:
@@ -395,7 +297,7 @@ def _cached_round(cached_round):
 @grader("04b.6")
 def _cached_decode(cached_decode):
     n = 12
-    target, prompt, truth = _tiny_case(n, CACHED_GAMMA)
+    target, prompt, truth = tiny_case(n, CACHED_GAMMA)
     watch = CacheWatch(target, truth=prompt + truth)
     drafter = ScriptedDrafter(prompt + truth, watch.vocab_size)
     try:
