@@ -1,4 +1,4 @@
-"""specbook.roofline: the course's table exactly, lesson 1's rows and verify cost, step time, the crossover."""
+"""specbook.roofline.plain and .hardware: the course's table exactly, lesson 1's rows and verify cost, step time, the crossover."""
 import math
 
 import pytest
@@ -50,6 +50,12 @@ def test_presets_and_measured_machine():
     cpu = rl.Hardware.measured({"float32": 0.35e12, "bfloat16": 2.0e12}, 23.6e9)
     assert rl.ridge(cpu, "float32") == pytest.approx(14.83, abs=0.01)
     assert rl.preset(cpu) is cpu and "measured" in cpu.name
+
+
+def test_presets_name_their_memory():
+    assert {k: rl.PRESETS[k].memory for k in rl.PRESETS} == {
+        "H100 SXM": "HBM3", "H200 SXM": "HBM3e", "A100 SXM": "HBM2e", "L4": "GDDR6", "RTX 4090": "GDDR6X"}
+    assert rl.Hardware.measured({"float32": 1e11}, 1e10).memory == ""
 
 
 def test_lesson_one_rows():
@@ -187,241 +193,14 @@ def test_the_batch_commands_prediction_is_this_step_time():
         assert roofline_speedup(0.7, 4, batch, hw, "bfloat16", 10**8, 2) == pytest.approx(expected)
 
 
-# --------------------------------------------------------------------------- what the plain roofline leaves out
+def test_the_package_reexports_each_submodules_names():
+    """``specbook.roofline.x`` is the submodule's own object for every public name (graders resolve them so)."""
+    import importlib
 
-SEVEN_B = rl.MODELS["7B"]
-
-
-def test_presets_name_their_memory():
-    assert {k: rl.PRESETS[k].memory for k in rl.PRESETS} == {
-        "H100 SXM": "HBM3", "H200 SXM": "HBM3e", "A100 SXM": "HBM2e", "L4": "GDDR6", "RTX 4090": "GDDR6X"}
-    assert rl.Hardware.measured({"float32": 1e11}, 1e10).memory == ""
-
-
-def test_model_shape_kv_bytes_and_attention_flops():
-    # Mistral 7B's geometry: 2 x 32 layers x 8 KV heads x 128 dims x 2 bytes = 128 KiB per token in bfloat16
-    assert SEVEN_B.kv_bytes_per_token(2) == 131072 and SEVEN_B.kv_bytes_per_token(4) == 262144
-    assert SEVEN_B.kv_bytes_per_row(512, 2) == 512 * 131072 and SEVEN_B.kv_bytes_per_row(0, 2) == 0
-    assert SEVEN_B.attention_flops_per_position(1000) == 4 * 32 * 32 * 128 * 1000
-    draft = rl.MODELS["draft 0.35B"]
-    assert draft.params / SEVEN_B.params == pytest.approx(0.05)
-    assert draft.kv_bytes_per_token(2) / SEVEN_B.kv_bytes_per_token(2) == 0.25
-
-
-@pytest.mark.parametrize("hw", sorted(rl.PRESETS))
-@pytest.mark.parametrize("batch, n", [(1, 1), (1, 5), (64, 5), (300, 1), (1000, 9)])
-def test_serving_step_time_without_extras_is_the_plain_step_time(hw, batch, n):
-    assert rl.serving_step_time(hw, "bfloat16", batch, n, 7e9, 2) == rl.step_time(hw, "bfloat16", batch, n, 7e9, 2)
-
-
-def test_serving_step_time_adds_attention_as_its_own_kernel():
-    hw = rl.PRESETS[H100]
-    kv = SEVEN_B.kv_bytes_per_row(512, 2)
-    weights = rl.step_time(H100, "bfloat16", 64, 5, 7e9, 2)
-    once = rl.serving_step_time(H100, "bfloat16", 64, 5, 7e9, 2, kv_bytes_per_row=kv)
-    assert once == pytest.approx(weights + 64 * kv / hw.bandwidth)  # the reads add, they do not hide in the max
-    assert once > rl.step_time(H100, "bfloat16", 64, 5, 7e9, 2, kv_bytes_per_row=kv)  # the single-max bound
-    per_position = rl.serving_step_time(H100, "bfloat16", 64, 5, 7e9, 2, kv_bytes_per_row=kv, kv_reads="per_position")
-    assert per_position == pytest.approx(weights + 5 * 64 * kv / hw.bandwidth)
-    # attention's arithmetic: its own max against its own reads (here far below the ridge, so the reads win)
-    flops = SEVEN_B.attention_flops_per_position(512)
-    with_flops = rl.serving_step_time(H100, "bfloat16", 64, 5, 7e9, 2, kv_bytes_per_row=kv,
-                                      attention_flops_per_position=flops)
-    assert with_flops == once and flops * 5 / kv < rl.ridge(H100, "bfloat16")
-    arithmetic_only = rl.serving_step_time(H100, "bfloat16", 64, 5, 7e9, 2, attention_flops_per_position=flops)
-    assert arithmetic_only == pytest.approx(weights + flops * 64 * 5 / hw.peak("bfloat16"))
-
-
-def test_efficiencies_are_a_slower_machine():
-    slow = rl.Hardware("slow H100", {"bfloat16": 0.6 * 989.4e12}, 0.9 * 3.35e12, "scaled")
-    for batch, n in [(1, 5), (64, 5), (512, 1), (2048, 9)]:
-        got = rl.serving_step_time(H100, "bfloat16", batch, n, 7e9, 2, compute_efficiency=0.6,
-                                   bandwidth_efficiency=0.9)
-        assert got == pytest.approx(rl.step_time(slow, "bfloat16", batch, n, 7e9, 2))
-    assert rl.ridge_batch(H100, "bfloat16", 4, 2, compute_efficiency=0.6, bandwidth_efficiency=0.9) == \
-        rl.ridge_batch(slow, "bfloat16", 4, 2) == 40
-
-
-@pytest.mark.parametrize("hw", sorted(rl.PRESETS))
-@pytest.mark.parametrize("gamma", [0, 1, 4, 7])
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_ridge_batch_is_the_first_batch_at_the_ridge(hw, gamma, dtype):
-    nbytes = rl.DTYPE_BYTES[dtype]
-    brute = next(b for b in range(1, 100_000) if rl.ridge_fraction(hw, dtype, b, gamma, 7e9, nbytes) >= 1)
-    assert rl.ridge_batch(hw, dtype, gamma, nbytes) == brute
-
-
-def test_the_course_example_ridge_batch_and_crossover_differ():
-    assert rl.ridge_batch(H100, "bfloat16", 4, 2) == 60
-    assert rl.serving_crossover(H100, "bfloat16", 4, 0.8, SEVEN_B, range(1, 4097), draft=0.05) == 187
-    assert rl.serving_crossover(H100, "bfloat16", 4, 0.6, SEVEN_B, range(1, 4097), draft=0.05) == 125
-
-
-def _cdf_by_recursion(alpha, gamma, n, r, truncate=False):
-    """P(a row finishes n tokens within r rounds), by recursion over the first round (exact, in floats)."""
-    if n <= 0:
-        return 1.0
-    if r == 0:
-        return 0.0
-    g = min(gamma, n - 1) if truncate else gamma  # a loop that drafts at most what is left, minus the bonus
-    law = [alpha ** (k - 1) * (1 - alpha) for k in range(1, g + 1)] + [alpha ** g]
-    return sum(p * _cdf_by_recursion(alpha, gamma, n - k, r - 1, truncate) for k, p in enumerate(law, start=1))
-
-
-@pytest.mark.parametrize("alpha, gamma, n", [(0.5, 2, 7), (0.8, 4, 9), (0.3, 1, 6), (0.9, 3, 8)])
-def test_rounds_needed_cdf_by_recursion(alpha, gamma, n):
-    cdf = rl.rounds_needed_cdf(alpha, gamma, n)
-    assert len(cdf) == n + 1 and cdf[0] == 0.0 and cdf[-1] == pytest.approx(1.0)
-    for r in range(n + 1):
-        assert cdf[r] == pytest.approx(_cdf_by_recursion(alpha, gamma, n, r), abs=1e-12)
-        # drafting fewer near the budget needs exactly as many rounds (the docstring's claim)
-        assert cdf[r] == pytest.approx(_cdf_by_recursion(alpha, gamma, n, r, truncate=True), abs=1e-12)
-
-
-def test_rounds_needed_edge_cases():
-    assert rl.rounds_needed_cdf(1.0, 4, 12) == [0.0, 0.0, 0.0, 1.0] + [1.0] * 9  # 5 tokens a round: 3 rounds
-    assert rl.rounds_needed_cdf(0.0, 4, 5) == [0.0] * 5 + [1.0]  # one token a round
-    assert rl.rounds_needed_cdf(0.7, 0, 3) == [0.0, 0.0, 0.0, 1.0]  # gamma 0 is plain decoding
-    assert rl.expected_slowest_rounds([0.8, 0.8, 0.0], 4, 20) == pytest.approx(20.0)  # the row that accepts nothing
-
-
-def test_expected_slowest_rounds_is_the_mean_of_the_max():
-    n, g = 12, 3
-    cdfs = {a: rl.rounds_needed_cdf(a, g, n) for a in (0.5, 0.9)}
-    pmf = {a: [c[r] - c[r - 1] for r in range(1, n + 1)] for a, c in cdfs.items()}  # P(R = r), r = 1..n
-    mean_max = sum(max(r1, r2) * p1 * p2 for r1, p1 in enumerate(pmf[0.5], start=1)
-                   for r2, p2 in enumerate(pmf[0.9], start=1))
-    assert rl.expected_slowest_rounds([0.5, 0.9], g, n) == pytest.approx(mean_max, abs=1e-12)
-    one = rl.expected_slowest_rounds([0.9], g, n)
-    assert one == pytest.approx(sum(r * p for r, p in enumerate(pmf[0.9], start=1)), abs=1e-12)
-    widths = [rl.expected_slowest_rounds([0.8] * b, 4, 64) for b in (1, 2, 8, 64, 512)]
-    assert widths == sorted(widths) and widths[0] < widths[-1]  # the wider the batch, the longer it waits
-
-
-def test_slowest_row_yield_tends_to_the_mean_for_one_long_row():
-    e = float(theory.expected_tokens(0.8, 4))
-    assert rl.slowest_row_yield([0.8], 4, 2000) == pytest.approx(e, rel=5e-3)
-    assert rl.slowest_row_yield([0.8] * 64, 4, 256) < rl.slowest_row_yield([0.8] * 8, 4, 256) < e
-
-
-@pytest.mark.parametrize("alpha, gamma", [(0.0, 4), (0.3, 2), (0.73, 4), (0.95, 8), (1.0, 3)])
-def test_alpha_for_yield_inverts_the_expected_tokens(alpha, gamma):
-    assert rl.alpha_for_yield(float(theory.expected_tokens(alpha, gamma)), gamma) == pytest.approx(alpha, abs=1e-9)
-
-
-@pytest.mark.parametrize("hw", sorted(rl.PRESETS))
-@pytest.mark.parametrize("batch, gamma, alpha, c", [(1, 4, 0.8, 0.05), (64, 4, 0.8, 0.05), (300, 2, 0.6, 0.2),
-                                                    (2048, 8, 0.9, 0.0)])
-def test_serving_predict_without_extras_is_predict(hw, batch, gamma, alpha, c):
-    plain = rl.predict(hw, "bfloat16", batch, gamma, alpha, c, 7e9, 2)
-    got = rl.serving_predict(hw, "bfloat16", batch, gamma, alpha, SEVEN_B, draft=c)
-    for key in ("speedup", "verify_cost", "plain_tokens_per_s", "plain_ms_per_token", "spec_tokens_per_s",
-                "spec_ms_per_token"):
-        assert getattr(got, key) == pytest.approx(getattr(plain, key)), key
-
-
-def test_each_term_moves_the_crossover_the_way_the_lesson_says():
-    sizes = range(1, 4097)
-
-    def cross(**terms):
-        return rl.serving_crossover(H100, "bfloat16", 4, 0.8, SEVEN_B, sizes, **terms)
-
-    base = cross(draft=0.05)
-    assert base == 187
-    # the KV cache read once per row moves it out (here beyond any batch), read per position it moves it in
-    assert cross(draft=0.05, context=128) == 221 and cross(draft=0.05, context=512) is None
-    assert cross(draft=0.05, context=512, kv_reads="per_position") == 123 < base
-    # the draft model priced as a decoder with its own KV cache costs more than its weights say
-    priced = rl.serving_predict(H100, "bfloat16", 256, 4, 0.8, SEVEN_B, draft=rl.MODELS["draft 0.35B"], context=512)
-    assert priced.draft_cost > 0.05 and priced.draft_step_s > 0
-    c_b = [rl.serving_predict(H100, "bfloat16", b, 4, 0.8, SEVEN_B, draft=rl.MODELS["draft 0.35B"],
-                              context=512).draft_cost for b in (1, 16, 64, 256)]
-    assert c_b == sorted(c_b) and c_b[0] == pytest.approx(0.05, abs=0.002)
-    assert cross(draft=rl.MODELS["draft 0.35B"], context=512, kv_reads="per_position") == 107
-    # a static batch waits for its slowest row; kernels below the peaks cross a lower ridge
-    assert cross(draft=0.05, new_tokens=256) == 159
-    assert cross(draft=0.05, compute_efficiency=0.6, bandwidth_efficiency=0.9) == 125
-    # all of them together, both kernels
-    allin = dict(draft=rl.MODELS["draft 0.35B"], context=512, new_tokens=256, compute_efficiency=0.6,
-                 bandwidth_efficiency=0.9)
-    assert (cross(**allin), cross(**allin, kv_reads="per_position")) == (129, 69)
-
-
-def test_kv_read_once_never_loses_when_its_limit_is_under_the_margin():
-    """Read once, v_B tends to (5 x 2P/F + K/W) / (2P/F + K/W) as B grows: below E - gamma c, no crossover."""
-    for hw, want_none in (("L4", True), ("H200 SXM", True), ("A100 SXM", False)):
-        h = rl.PRESETS[hw]
-        per_row_compute, per_row_kv = 2 * 7e9 / h.peak("bfloat16"), SEVEN_B.kv_bytes_per_row(512, 2) / h.bandwidth
-        limit = (5 * per_row_compute + per_row_kv) / (per_row_compute + per_row_kv)
-        margin = float(theory.expected_tokens(0.8, 4)) - 4 * 0.05
-        got = rl.serving_crossover(hw, "bfloat16", 4, 0.8, SEVEN_B, range(1, 8193), draft=0.05, context=512)
-        assert (limit < margin) == want_none == (got is None), (hw, limit, got)
-
-
-@pytest.mark.parametrize("call, name", [
-    (lambda: rl.serving_step_time(H100, "bfloat16", 1, 1, 7e9, 2, kv_reads="twice"), "kv_reads"),
-    (lambda: rl.serving_step_time(H100, "bfloat16", 1, 1, 7e9, 2, kv_bytes_per_row=-1), "kv_bytes_per_row"),
-    (lambda: rl.serving_step_time(H100, "bfloat16", 1, 1, 7e9, 2, attention_flops_per_position=math.inf),
-     "attention_flops_per_position"),
-    (lambda: rl.serving_step_time(H100, "bfloat16", 1, 1, 7e9, 2, compute_efficiency=1.5), "compute_efficiency"),
-    (lambda: rl.serving_step_time(H100, "bfloat16", 1, 1, 7e9, 2, bandwidth_efficiency=0), "bandwidth_efficiency"),
-    (lambda: rl.ridge_batch(H100, "bfloat16", -1, 2), "gamma"),
-    (lambda: rl.ridge_batch(H100, "bfloat16", 4, 0), "dtype_bytes"),
-    (lambda: rl.ModelShape("m", 1e9, 0, 8, 8, 64, "x"), "layers"),
-    (lambda: rl.ModelShape("m", 1e9, 4, 8, 3, 64, "x"), "kv_heads"),
-    (lambda: rl.ModelShape("m", 1e9, 4, 8, 8, 64, ""), "source"),
-    (lambda: SEVEN_B.kv_bytes_per_row(-5, 2), "context"),
-    (lambda: rl.rounds_needed_cdf(1.5, 4, 10), "alpha"),
-    (lambda: rl.rounds_needed_cdf(0.5, 4, 0), "new_tokens"),
-    (lambda: rl.expected_slowest_rounds([], 4, 10), "alphas"),
-    (lambda: rl.expected_slowest_rounds(0.8, 4, 10), "alphas"),
-    (lambda: rl.alpha_for_yield(6.0, 4), "tokens_per_round"),
-    (lambda: rl.serving_predict(H100, "bfloat16", 1, 4, 0.8, 7e9), "target"),
-    (lambda: rl.serving_predict(H100, "bfloat16", 1, 4, 0.8, SEVEN_B, draft="big"), "draft"),
-    (lambda: rl.serving_predict(H100, "bfloat16", 1, 4, 0.8, SEVEN_B, context=-1), "context"),
-    (lambda: rl.serving_predict(H100, "bfloat16", 1, 4, 0.8, SEVEN_B, new_tokens=0), "new_tokens"),
-    (lambda: rl.serving_predict(H100, "int4", 1, 4, 0.8, SEVEN_B), "dtype"),
-    (lambda: rl.serving_crossover(H100, "bfloat16", 4, 0.8, SEVEN_B, []), "batch_sizes"),
-    (lambda: rl.Hardware("x", {"bfloat16": 1e12}, 1e9, "made up", memory=3), "memory"),
-])
-def test_bad_input_to_the_extended_model_names_the_argument(call, name):
-    with pytest.raises(ValueError, match=name):
-        call()
-
-
-def _doc_table(text: str, header_start: str) -> list[list[str]]:
-    """The rows of the markdown table of docs/batching.md whose header line starts with ``header_start``."""
-    lines = text.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith(header_start))
-    rows = []
-    for line in lines[at + 2:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip("|").split("|")])
-    return rows
-
-
-def test_the_batching_page_shows_what_the_library_computes():
-    """docs/batching.md's crossover tables of the 7B example are serving_crossover's numbers."""
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / "batching.md").read_text()
-    sizes = range(1, 4097)
-
-    def shown(value):
-        return None if value.startswith("none") else int(value)
-
-    for context, _, once, per_position in _doc_table(text, "| context (tokens per row)"):
-        got = [rl.serving_crossover(H100, "bfloat16", 4, 0.8, SEVEN_B, sizes, draft=0.05, context=int(context),
-                                    kv_reads=reads) for reads in rl.KV_READS]
-        assert got == [shown(once), shown(per_position)], context
-    draft = rl.MODELS["draft 0.35B"]
-    ladder = [dict(draft=0.05), dict(draft=0.05, context=512), dict(draft=draft, context=512),
-              dict(draft=draft, context=512, new_tokens=256),
-              dict(draft=draft, context=512, new_tokens=256, compute_efficiency=0.6, bandwidth_efficiency=0.9)]
-    rows = _doc_table(text, "| model | crossover, cache read once per row")
-    assert len(rows) == len(ladder)
-    for (name, once, per_position), terms in zip(rows, ladder):
-        got = [rl.serving_crossover(H100, "bfloat16", 4, 0.8, SEVEN_B, sizes, kv_reads=reads, **terms)
-               for reads in rl.KV_READS]
-        assert got == [shown(once), shown(per_position)], name
+    names = []
+    for sub in ("hardware", "plain", "serving", "slowest_row"):
+        module = importlib.import_module(f"specbook.roofline.{sub}")
+        names += module.__all__
+        assert all(getattr(rl, name) is getattr(module, name) for name in module.__all__), sub
+    assert sorted(names) == sorted(rl.__all__) and len(set(names)) == len(names)
+    assert rl._step_flops_bytes is importlib.import_module("specbook.roofline.plain")._step_flops_bytes
