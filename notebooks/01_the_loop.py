@@ -490,19 +490,12 @@ print(f"H100, batch 1: the first costly pass verifies {first_costly} positions (
 
 # %% tags=["solution"]
 ### BEGIN SOLUTION
-c1 = 3
-c2 = 3
-c3 = "b"
-c4 = 320
-c5 = "b"
+c1, c2, c3, c4, c5 = 3, 3, "b", 320, "b"
 ### END SOLUTION
 
 # %%
-exercises.check("01.c1", c1)
-exercises.check("01.c2", c2)
-exercises.check("01.c3", c3)
-exercises.check("01.c4", c4)
-exercises.check("01.c5", c5)
+for key, answer in {"01.c1": c1, "01.c2": c2, "01.c3": c3, "01.c4": c4, "01.c5": c5}.items():
+    exercises.check(key, answer)
 
 # %% [markdown]
 # ## Checks

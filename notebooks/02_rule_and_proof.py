@@ -729,19 +729,12 @@ print(f"α = Σ min(p, q) = {alpha_pair:.4f}; measured {kept / N_DRAWS:.4f} ± {
 
 # %% tags=["solution"]
 ### BEGIN SOLUTION
-c1 = "b"
-c2 = 0.7
-c3 = 0.5
-c4 = "b"
-c5 = "b"
+c1, c2, c3, c4, c5 = "b", 0.7, 0.5, "b", "b"
 ### END SOLUTION
 
 # %%
-exercises.check("02.c1", c1)
-exercises.check("02.c2", c2)
-exercises.check("02.c3", c3)
-exercises.check("02.c4", c4)
-exercises.check("02.c5", c5)
+for key, answer in {"02.c1": c1, "02.c2": c2, "02.c3": c3, "02.c4": c4, "02.c5": c5}.items():
+    exercises.check(key, answer)
 
 # %% [markdown]
 # ## Checks

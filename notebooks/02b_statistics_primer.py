@@ -469,19 +469,12 @@ print(f"degrees of freedom: {dof_at[0.0]} at match 0 ({needed[0.0]:,} draws), {d
 
 # %% tags=["solution"]
 ### BEGIN SOLUTION
-c1 = "b"
-c2 = 1
-c3 = 4
-c4 = "b"
-c5 = "b"
+c1, c2, c3, c4, c5 = "b", 1, 4, "b", "b"
 ### END SOLUTION
 
 # %%
-exercises.check("02b.c1", c1)
-exercises.check("02b.c2", c2)
-exercises.check("02b.c3", c3)
-exercises.check("02b.c4", c4)
-exercises.check("02b.c5", c5)
+for key, answer in {"02b.c1": c1, "02b.c2": c2, "02b.c3": c3, "02b.c4": c4, "02b.c5": c5}.items():
+    exercises.check(key, answer)
 
 # %% [markdown]
 # ## Checks

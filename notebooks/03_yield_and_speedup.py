@@ -550,19 +550,12 @@ print(f"best γ at α = 0.4, c = {C_ADAPT}: {best_low}; the adaptive drafter's m
 
 # %% tags=["solution"]
 ### BEGIN SOLUTION
-c1 = 5
-c2 = "a"
-c3 = "b"
-c4 = 0.17
-c5 = "a"
+c1, c2, c3, c4, c5 = 5, "a", "b", 0.17, "a"
 ### END SOLUTION
 
 # %%
-exercises.check("03.c1", c1)
-exercises.check("03.c2", c2)
-exercises.check("03.c3", c3)
-exercises.check("03.c4", c4)
-exercises.check("03.c5", c5)
+for key, answer in {"03.c1": c1, "03.c2": c2, "03.c3": c3, "03.c4": c4, "03.c5": c5}.items():
+    exercises.check(key, answer)
 
 # %% [markdown]
 # ## Checks

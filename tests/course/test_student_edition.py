@@ -109,6 +109,12 @@ def test_edition_releases_every_assignment(tmp_path):
         assert any("raise NotImplementedError()" in c.source for c in released.cells), name
 
 
+def checked_keys(text: str) -> list[str]:
+    """The exercise keys a lesson checks: ``exercises.check("03.1", ...)`` calls, and the keys of the
+    concept check's loop ``for key, answer in {"03.c1": c1, ...}.items(): exercises.check(key, answer)``."""
+    return re.findall(r'exercises\.check\("([^"]+)"', text) + re.findall(r'"(\w+\.c\d+)": c\d+\b', text)
+
+
 def test_no_solution_text_survives(built):
     out, _ = built
     checked = 0
@@ -129,7 +135,7 @@ def test_every_exercise_of_these_lessons_is_stubbed_and_graded():
 
     for name, lesson in OWN.items():
         nb = instructor(name)
-        keys = re.findall(r'exercises\.check\("([^"]+)"', all_text(nb))
+        keys = checked_keys(all_text(nb))
         assert len(keys) == len(set(keys)) >= 7, (name, keys)
         importlib.import_module(f"specbook.teach.exercises.lesson_{lesson}")
         registered = sorted(k for k in exercises._GRADERS if k.split(".", 1)[0] == lesson)
@@ -178,7 +184,7 @@ def test_student_lesson_runs_with_every_check_not_answered(name, fast_mode):
     assert not errors(nb), errors(nb)
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code"), "a code cell did not run"
     lines = check_lines(nb)
-    expected = len(re.findall(r'exercises\.check\("', all_text(instructor(name))))
+    expected = len(checked_keys(all_text(instructor(name))))
     assert len(lines) == expected and all(": not answered." in ln for ln in lines), lines
     text = "\n".join(o.get("text", "") for c in nb.cells for o in c.get("outputs", []) if o.output_type == "stream")
     assert f"exercises and concept check: 0 of {expected} right" in text and passed in text
