@@ -70,8 +70,9 @@ from specbook.models import LlamaModel, LlamaTarget
 from specbook.models.config import LlamaConfig
 from specbook.sampling import GREEDY
 from specbook.teach import exercises
-from specbook.teach.batching import (BatchingExplorer, plot_classic_roofline, plot_frontier, plot_ridge_and_crossover,
-                                     plot_speedup_curves, plot_throughput_curves)
+from specbook.teach.batching import BatchingExplorer
+from specbook.teach.batching_plots import (plot_classic_roofline, plot_frontier, plot_ridge_and_crossover,
+                                           plot_speedup_curves, plot_throughput_curves)
 
 _started = time.perf_counter()
 

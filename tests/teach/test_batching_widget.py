@@ -4,7 +4,7 @@ import re
 import pytest
 
 from specbook import roofline
-from specbook.teach.batching import BatchingExplorer, plot_frontier, plot_throughput_curves
+from specbook.teach.batching import BatchingExplorer
 
 
 def cells(table_html: str) -> dict[str, str]:
@@ -100,49 +100,8 @@ def test_controls_refuse_instead_of_clamping(control, value):
         ex.set(temperature=0.5)
 
 
-def test_curve_and_frontier_pictures_check_their_input():
-    fig = plot_throughput_curves([1, 2, 4], {"plain": [1, 2, 3], "γ=4": [2, 3, 2]}, marks={"crossover": 4})
-    assert fig.axes[0].get_xscale() == "log"
-    with pytest.raises(ValueError, match="curves"):
-        plot_throughput_curves([1, 2, 4], {"plain": [1, 2]})
-    with pytest.raises(ValueError, match="batch_sizes"):
-        plot_throughput_curves([], {})
-    fig = plot_frontier({"plain": ([10, 12], [100, 180], [1, 2])}, slo_ms=11)
-    assert len(fig.axes[0].lines) == 2
-
-
 def test_the_table_shows_the_ridge_batch_and_the_crossover_apart():
     ex = BatchingExplorer(batch=64, gamma=4, alpha=0.8, c=0.05)
     shown = cells(ex.table.value)
     assert (shown["ridge_batch"], shown["crossover"]) == ("60", "187")  # the course's H100 example
     assert ex.values()["ridge_batch"] == roofline.ridge_batch("H100 SXM", "bfloat16", 4, 2)
-
-
-def test_lesson_pictures_check_their_input(tmp_path):
-    from specbook.teach.batching import (docs_figures, plot_classic_roofline, plot_ridge_and_crossover,
-                                         plot_speedup_curves)
-
-    hw = roofline.PRESETS["H100 SXM"]
-    fig = plot_classic_roofline(hw, "bfloat16", {"plain": (8.96e11, 1.4e10), "verify": (4.48e12, 1.4e10)})
-    ax = fig.axes[0]
-    assert ax.get_xscale() == "log" and len(ax.get_legend().get_texts()) == 2
-    assert "4.53 ms" in ax.get_legend().get_texts()[1].get_text()  # the step time max(FLOPs/peak, bytes/bandwidth)
-    with pytest.raises(ValueError, match="steps"):
-        plot_classic_roofline(hw, "bfloat16", {})
-    with pytest.raises(ValueError, match="steps"):
-        plot_classic_roofline(hw, "bfloat16", {"plain": (0, 1e9)})
-    fig = plot_ridge_and_crossover([1, 64, 256], [1.0, 1.08, 4.3], [2.8, 2.6, 0.7], ridge_batch=60, crossover=187,
-                                   threshold=3.16)
-    assert len(fig.axes) == 2
-    with pytest.raises(ValueError, match="verify_costs"):
-        plot_ridge_and_crossover([1, 2], [1.0], [1.0, 1.0], ridge_batch=1, crossover=None, threshold=1.0)
-    fig = plot_speedup_curves([1, 2, 4], {"a": [2, 1.5, 0.9]}, {"a": 4})
-    assert fig.axes[0].get_xscale() == "log"
-    with pytest.raises(ValueError, match="curves"):
-        plot_speedup_curves([1, 2, 4], {"a": [2, 1.5]})
-    with pytest.raises(ValueError, match="folder"):
-        docs_figures(tmp_path / "missing")
-    written = docs_figures(tmp_path)
-    assert sorted(p.name for p in written) == ["lesson6_ridge_crossover.png", "lesson6_roofline.png",
-                                               "lesson6_terms.png"]
-    assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
