@@ -127,17 +127,10 @@ def greedy_four_ways(model: LlamaModel, hf_model, tokenizer, prompt: list[int], 
 
 # --------------------------------------------------------------------------- sampling
 
-class SharedPrefixTarget:
-    """A ``LlamaTarget`` whose first forward of identical rows runs once (batch 1), then is copied.
+class _Wrapped:
+    """A Target that passes reset, cache lengths and rollback to the one it wraps (``self.inner``)."""
 
-    Everything else is the wrapped target's (same cache, same rollback); the copy goes
-    through the cache's own ``plan`` / ``update`` / ``advance``.
-    """
-
-    def __init__(self, model: LlamaModel, max_length: int):
-        self.inner, self.one = LlamaTarget(model, max_length), LlamaTarget(model, max_length)
-        self.vocab_size = self.inner.vocab_size
-        self._memo: dict[tuple, tuple] = {}
+    inner: object
 
     def reset(self, batch_size: int) -> None:
         self.inner.reset(batch_size)
@@ -148,6 +141,19 @@ class SharedPrefixTarget:
 
     def rollback(self, lengths) -> None:
         self.inner.rollback(lengths)
+
+
+class SharedPrefixTarget(_Wrapped):
+    """A ``LlamaTarget`` whose first forward of identical rows runs once (batch 1), then is copied.
+
+    Everything else is the wrapped target's (same cache, same rollback); the copy goes
+    through the cache's own ``plan`` / ``update`` / ``advance``.
+    """
+
+    def __init__(self, model: LlamaModel, max_length: int):
+        self.inner, self.one = LlamaTarget(model, max_length), LlamaTarget(model, max_length)
+        self.vocab_size = self.inner.vocab_size
+        self._memo: dict[tuple, tuple] = {}
 
     def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None) -> torch.Tensor:
         cache = self.inner.cache
@@ -167,7 +173,7 @@ class SharedPrefixTarget:
         return logits.expand(tokens.shape[0], -1, -1)  # (B, N, V)
 
 
-class ScaledLogitsTarget:
+class ScaledLogitsTarget(_Wrapped):
     """Any Target with its logits multiplied by ``scale``: the same model at temperature 1/scale.
 
     A draft whose q overlaps p well but not perfectly (for SmolLM2 at scale 0.6 about
@@ -179,21 +185,11 @@ class ScaledLogitsTarget:
     def __init__(self, target, scale: float):
         if not scale > 0:
             raise ValueError(f"scale must be > 0, got {scale!r}")
-        self.target, self.scale = target, float(scale)
+        self.inner, self.scale = target, float(scale)
         self.vocab_size = target.vocab_size
 
-    def reset(self, batch_size: int) -> None:
-        self.target.reset(batch_size)
-
-    @property
-    def cache_lengths(self) -> torch.Tensor:
-        return self.target.cache_lengths
-
-    def rollback(self, lengths) -> None:
-        self.target.rollback(lengths)
-
     def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None) -> torch.Tensor:
-        return self.target.forward(tokens, parents) * self.scale  # (B, N, V)
+        return self.inner.forward(tokens, parents) * self.scale  # (B, N, V)
 
 
 class GreedyDraftSoftmaxReported(DraftModelDrafter):
