@@ -9,6 +9,10 @@ models, the drafters and the checker; nothing below imports it).
 * :mod:`~specbook.teach.plots`       the lessons' matplotlib figures (tree drawing included)
 * :mod:`~specbook.teach.diagrams`    Medusa and EAGLE drawn side by side
 * :mod:`~specbook.teach.widgets`     the ipywidgets explorers
+* :mod:`~specbook.teach.batching`    lesson 6's batching explorer (a widget)
+* :mod:`~specbook.teach.batching_plots`  lesson 6's roofline, ridge/crossover and SLO figures (``docs_figures``)
+* :mod:`~specbook.teach.exercises`   the graders of the lessons' exercises and concept checks
+* :mod:`~specbook.teach.edition`     the student edition (``python -m specbook student-edition``)
 * :mod:`~specbook.teach.tour`        ``python -m specbook tour``
 * :mod:`~specbook.teach.streamer`    tokens shown as they are accepted, coloured by kind (``on_step``)
 
