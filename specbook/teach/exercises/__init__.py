@@ -22,7 +22,8 @@ The expected answers are not in the notebook: each lesson's graders live in
 the library where they can be.  A grader takes the reader's answers and raises
 :class:`Wrong` (or ``AssertionError``) with a message that helps; it returns nothing when
 the answer is right.  Concept checks (multiple choice, numbers) are graded the same way, with
-keys such as ``03.c1``.
+keys such as ``03.c1``; a lesson writes them as one table of what is right and what to say when
+it is not (:mod:`._answers`, where the helpers that read an answer live too).
 
 :func:`results` lists what was checked in this kernel, so a lesson's last cell can assert that
 every exercise passed (the instructor's edition does; the student edition reports).
@@ -35,7 +36,7 @@ from typing import Callable
 
 from ... import _lazy_submodules
 
-__all__ = ["Wrong", "Result", "grader", "check", "results", "not_answered"]
+__all__ = ["Wrong", "Result", "grader", "register", "check", "results", "not_answered"]
 
 __getattr__, __dir__ = _lazy_submodules(globals())  # sb.teach.exercises.lesson_03 resolves on first use
 
@@ -64,12 +65,18 @@ class Result:
 
 def grader(key: str):
     """Register ``fn(*answers)`` as the grader of exercise ``key`` (used by the lesson modules)."""
-    def register(fn):
+    def add(fn):
         if key in _GRADERS:
             raise ValueError(f"exercise {key!r} already has a grader")
         _GRADERS[key] = fn
         return fn
-    return register
+    return add
+
+
+def register(table: dict[str, Callable]) -> None:
+    """Register every grader of ``{key: grader}`` (a lesson's concept checks, written as one table)."""
+    for key, fn in table.items():
+        grader(key)(fn)
 
 
 def _lesson_of(key: str) -> str:

@@ -2,69 +2,16 @@
 
 What is right is computed by running the library: the decode loop on toy models, ``verify_chain``
 on a round built to end in a known way, and :mod:`specbook.roofline`.
-
-The first section holds the small helpers every lesson's graders use (reading a number, a choice
-among lettered options, calling the reader's function); the other lesson modules import them
-from here.
 """
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
-from . import Wrong, grader
-
-# ---------------------------------------------------------------------------- helpers (all lessons)
-
-
-def number(answer, what: str) -> float:
-    """``answer`` as a float, or :class:`Wrong` saying that a finite number was expected."""
-    if isinstance(answer, bool) or not isinstance(answer, numbers.Real) or not math.isfinite(float(answer)):
-        raise Wrong(f"{what} should be a finite number, got {answer!r}")
-    return float(answer)
-
-
-def whole(answer, what: str) -> int:
-    """``answer`` as an int (a float such as 3.0 is accepted), or :class:`Wrong`."""
-    value = number(answer, what)
-    if value != int(value):
-        raise Wrong(f"{what} is a whole number, got {answer!r}")
-    return int(value)
-
-
-def call(fn, *args):
-    """The reader's function called on ``args``; an exception it raises becomes the verdict.
-
-    ``NotImplementedError`` (the student edition's stub) and ``AssertionError`` pass through, so
-    that :func:`specbook.teach.exercises.check` reports "not answered" or "wrong".
-    """
-    if not callable(fn):
-        raise Wrong(f"expected a function, got {type(fn).__name__}")
-    try:
-        return fn(*args)
-    except (NotImplementedError, AssertionError):
-        raise
-    except Exception as err:  # the reader's code failing is an answer too
-        shown = ", ".join(_short(a) for a in args)
-        raise Wrong(f"calling it with ({shown}) raised {type(err).__name__}: {err}") from None
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"<{type(value).__name__}>"
-
-
-def choice(answer, options: dict[str, str | None]) -> None:
-    """Grade a lettered choice. ``options``: letter -> None for the right one, else what to think about."""
-    letters = ", ".join(f'"{k}"' for k in options)
-    picked = answer.strip().strip("()").lower() if isinstance(answer, str) else None
-    if picked not in options:
-        raise Wrong(f"answer with one letter in quotes, one of {letters}; got {answer!r}")
-    if options[picked] is not None:
-        raise Wrong(options[picked])
-
+from ... import roofline
+from . import Wrong, grader, register
+from ._answers import call, count, near, number, pick, short, whole
 
 # ---------------------------------------------------------------------------- exercises
 
@@ -113,7 +60,7 @@ def rates_from_steps(fn, trace) -> None:
     for name, tr in (("the lesson's trace", trace), ("a second trace (γ = 3, a poorer draft)", other)):
         got = call(fn, tr.steps)
         if not (isinstance(got, (tuple, list)) and len(got) == 2):
-            raise Wrong(f"return two numbers, (α, draft efficiency); got {_short(got)}")
+            raise Wrong(f"return two numbers, (α, draft efficiency); got {short(got)}")
         alpha, efficiency = number(got[0], "α"), number(got[1], "the draft efficiency")
         if abs(efficiency - tr.stats.draft_efficiency) > 1e-9:
             raise Wrong(f"on {name} your draft efficiency is {efficiency:.4f}, not accepted / proposed: every "
@@ -129,8 +76,6 @@ def rates_from_steps(fn, trace) -> None:
 @grader("01.3")
 def first_costly_width(answer) -> None:
     """The first number of positions whose verify pass on the H100 at batch 1 costs more than one pass."""
-    from specbook import roofline
-
     n = whole(answer, "the number of positions")
     right = next(k for k in range(1, 100_000) if roofline.verify_time_ratio(k, batch=1, hw=H100) > 1.0)
     if n == right:
@@ -148,7 +93,7 @@ def first_costly_width(answer) -> None:
 # ---------------------------------------------------------------------------- concept check
 
 
-def _known_round(gamma: int = 4, kept: int = 2):
+def _known_round(gamma: int, kept: int) -> int:
     """verify_chain on a round whose first ``kept`` guesses must survive and the next must be rejected."""
     from specbook.verify import verify_chain
 
@@ -161,64 +106,29 @@ def _known_round(gamma: int = 4, kept: int = 2):
     return int(n_emitted[0])
 
 
-@grader("01.c1")
-def tokens_of_a_round(answer) -> None:
-    """γ = 4, the first two guesses kept, the third rejected: tokens emitted."""
-    n = whole(answer, "the number of tokens")
-    right = _known_round(4, 2)
-    if n == right:
-        return
-    if n == 2:
-        raise Wrong("after a rejection the round still emits one token of its own, drawn from the residual")
-    raise Wrong("count the kept guesses, then what follows the first rejection; the guesses after it are dropped")
+C1 = dict(gamma=4, kept=2)  # the round of concept checks c1 and c2: two guesses kept, the third rejected
 
-
-@grader("01.c2")
-def verified_guesses(answer) -> None:
-    """The same round: how many of its four guesses were verified?"""
-    n = whole(answer, "the number of verified guesses")
-    kept, gamma = 2, 4
-    right = min(kept + 1, gamma)  # every guess up to and including the first rejection
-    if n == right:
-        return
-    if n == gamma:
-        raise Wrong("guesses after the first rejection are proposed, but the walk stops before it reaches them")
-    if n == kept:
-        raise Wrong("the rejected guess was verified too: the test was run on it, and it failed")
-    raise Wrong("verified means the accept test was run on the guess")
-
-
-@grader("01.c3")
-def which_ratio_is_alpha(answer) -> None:
-    choice(answer, {
-        "a": "accepted / proposed is the draft efficiency: it counts guesses nobody checked",
-        "b": None,
-        "c": "tokens per target pass is τ; α is about single guesses",
-    })
-
-
-@grader("01.c4")
-def intensity_at_batch_64(answer) -> None:
-    """Arithmetic intensity of a verify pass at batch 64, γ = 4 (flop per weight byte, bfloat16)."""
-    from specbook import roofline
-
-    value = number(answer, "the intensity")
-    right = roofline.roofline_rows(batches=(64,), gammas=(4,), hw=H100)[0]["intensity"]
-    if abs(value - right) < 1e-6:
-        return
-    if abs(value - 64 * 4) < 1e-6:
-        raise Wrong("each row verifies its γ guesses plus one more position (the corrected or bonus token)")
-    if abs(value - 5) < 1e-6:
-        raise Wrong("that is one row; every row of the batch reuses the same weight bytes")
-    raise Wrong("the intensity of a pass, in flop per weight byte, is the number of positions it processes: "
-                "batch × positions per row")
-
-
-@grader("01.c5")
-def why_verify_is_cheap(answer) -> None:
-    choice(answer, {
-        "a": "the cache saves recomputing the context, but the γ + 1 new positions are all computed in this pass",
-        "b": None,
-        "c": "a guessed token costs the target exactly what any token costs; the saving is in how the pass "
-             "spends its time",
-    })
+register({
+    # γ = 4, the first two guesses kept, the third rejected: tokens emitted.
+    "01.c1": count(lambda: _known_round(C1["gamma"], C1["kept"]), "the number of tokens", traps={
+        2: "after a rejection the round still emits one token of its own, drawn from the residual",
+    }, hint="count the kept guesses, then what follows the first rejection; the guesses after it are dropped"),
+    # The same round: how many of its four guesses were verified? Each up to and including the first rejection.
+    "01.c2": count(min(C1["kept"] + 1, C1["gamma"]), "the number of verified guesses", traps={
+        C1["gamma"]: "guesses after the first rejection are proposed, but the walk stops before it reaches them",
+        C1["kept"]: "the rejected guess was verified too: the test was run on it, and it failed",
+    }, hint="verified means the accept test was run on the guess"),
+    "01.c3": pick("b", a="accepted / proposed is the draft efficiency: it counts guesses nobody checked",
+                  c="tokens per target pass is τ; α is about single guesses"),
+    # Arithmetic intensity of a verify pass at batch 64, γ = 4 (flop per weight byte, bfloat16).
+    "01.c4": near(lambda: roofline.roofline_rows(batches=(64,), gammas=(4,), hw=H100)[0]["intensity"],
+                  "the intensity", tol=1e-6, traps={
+                      64 * 4: "each row verifies its γ guesses plus one more position (the corrected or bonus token)",
+                      5: "that is one row; every row of the batch reuses the same weight bytes",
+                  }, hint="the intensity of a pass, in flop per weight byte, is the number of positions it "
+                          "processes: batch × positions per row"),
+    "01.c5": pick("b", a="the cache saves recomputing the context, but the γ + 1 new positions are all computed in "
+                         "this pass",
+                  c="a guessed token costs the target exactly what any token costs; the saving is in how the pass "
+                    "spends its time"),
+})

@@ -9,8 +9,8 @@ from fractions import Fraction as F
 
 from specbook import laws, naive
 
-from . import Wrong, grader
-from .lesson_01 import call, choice, number, whole
+from . import Wrong, grader, register
+from ._answers import call, near, number, pick, whole
 
 # Pairs, besides the lesson's worked example, on which a reader's law is compared with the library's.
 _MORE_PAIRS = (
@@ -51,7 +51,7 @@ def token_the_draft_never_proposes(prob, route, p_ex, q_ex) -> None:
         raise Wrong(f"{value:.4f} is not it: add what accepted guesses emit and what the residual emits after a "
                     "rejection (step 3 of the proof)")
     wrong_route = "the probability is right; now the route: compare min(p, q) and max(0, p − q) at token 3"
-    choice(route, {k: None if ok else wrong_route for k, ok in routes.items()})
+    pick({k for k, ok in routes.items() if ok}, **dict.fromkeys(routes, wrong_route))(route)
 
 
 @grader("02.2")
@@ -99,71 +99,46 @@ def alpha_from_the_picture(answer, p, q) -> None:
 
 # ---------------------------------------------------------------------------- concept check
 
-_C_P = [F(1, 5), F(1, 2), F(3, 10)]
+_C_P = [F(1, 5), F(1, 2), F(3, 10)]  # the pair of c2 and c3: p = (0.2, 0.5, 0.3), q = (0.5, 0.25, 0.25)
 _C_Q = [F(1, 2), F(1, 4), F(1, 4)]
 
 
-@grader("02.c1")
-def why_the_residual(answer) -> None:
-    choice(answer, {
-        "a": "sampling from p costs the same as sampling from any other distribution; the reason is about "
-             "which token comes out",
-        "b": None,
-        "c": "it is true that the residual never returns the guess just rejected, but that follows from "
-             "something more basic: what have the accepted guesses already emitted?",
-    })
-
-
-@grader("02.c2")
-def keep_rate(answer) -> None:
-    """p = (0.2, 0.5, 0.3), q = (0.5, 0.25, 0.25): the chance that a guess drawn from q is kept."""
-    value = number(answer, "the probability")
-    right = sum(q * laws.accept_prob(p, q) for p, q in zip(_C_P, _C_Q))
-    if abs(value - float(right)) <= 1e-9:
-        return
-    if abs(value - float(sum(p * q for p, q in zip(_C_P, _C_Q)))) <= 1e-9:
-        raise Wrong("Σ p(x) q(x) is the keep rate of 'accept if the target's own draw agrees', not of "
-                    "min(1, p/q)")
-    raise Wrong("add, over the tokens x, q(x) (the guess is x) times min(1, p(x)/q(x)) (it is kept)")
-
-
-@grader("02.c3")
-def emitted_probability(answer) -> None:
-    """The same pair: the chance that the token with p = 0.5 is emitted."""
-    value = number(answer, "the probability")
-    z = 1
-    right = laws.emission_law(_C_P, _C_Q)[z]
-    if abs(value - float(right)) <= 1e-9:
-        return
-    if abs(value - float(min(_C_P[z], _C_Q[z]))) <= 1e-9:
-        raise Wrong("that is what accepted guesses emit of it; a rejection of another guess can still refill it")
-    raise Wrong("the proof of this lesson answers this one without any arithmetic")
-
-
-@grader("02.c4")
-def block_verification(answer) -> None:
-    choice(answer, {
-        "a": "block verification is lossless: its completed law equals the target's exactly (the lesson checks "
-             "it in fractions)",
-        "b": None,
-        "c": "with one-hot guesses the weight can only fall, so block and token-wise verification keep the "
-             "same: the lesson's last block-verification cell shows it",
-    })
-
-
-@grader("02.c5")
-def invisible_temperature(answer) -> None:
-    """The bug "temperature on the target only": at which of 0.6, 1.0, 1.5 is it invisible?"""
+def _invisible_temperatures() -> set[str]:
+    """c5: the options at which the bug "temperature on the target only" leaves the law unchanged
+    ("d", none of them, when there is no such temperature)."""
     from specbook.teach import rules
 
     bug = rules.rule(rules.TARGET_ONLY)
-    options = {"a": 0.6, "b": 1.0, "c": 1.5}
-    bias = {}
-    for letter, t in options.items():
+    invisible = set()
+    for letter, t in {"a": 0.6, "b": 1.0, "c": 1.5}.items():
         setup = rules.position_setup(match=0.3, temperature=t, seed=2)
-        bias[letter] = float((bug.law(setup) - setup.target_probs).abs().max())
-    invisible = [k for k, b in bias.items() if b < 1e-12]
-    hint = ("at which temperature is the processed draft distribution the same as the unprocessed one? There "
-            "the verifier's q is the q the guess came from")
-    choice(answer, {**{k: None if k in invisible else hint for k in options},
-                    "d": None if not invisible else hint})
+        if float((bug.law(setup) - setup.target_probs).abs().max()) < 1e-12:
+            invisible.add(letter)
+    return invisible or {"d"}
+
+
+register({
+    "02.c1": pick("b", a="sampling from p costs the same as sampling from any other distribution; the reason is "
+                         "about which token comes out",
+                  c="it is true that the residual never returns the guess just rejected, but that follows from "
+                    "something more basic: what have the accepted guesses already emitted?"),
+    # The chance that a guess drawn from q is kept.
+    "02.c2": near(float(sum(q * laws.accept_prob(p, q) for p, q in zip(_C_P, _C_Q))), "the probability",
+                  tol=1e-9, traps={
+        float(sum(p * q for p, q in zip(_C_P, _C_Q))): "Σ p(x) q(x) is the keep rate of 'accept if the target's own "
+                                                        "draw agrees', not of min(1, p/q)",
+    }, hint="add, over the tokens x, q(x) (the guess is x) times min(1, p(x)/q(x)) (it is kept)"),
+    # The chance that the token with p = 0.5 is emitted.
+    "02.c3": near(float(laws.emission_law(_C_P, _C_Q)[1]), "the probability", tol=1e-9, traps={
+        float(min(_C_P[1], _C_Q[1])): "that is what accepted guesses emit of it; a rejection of another guess can "
+                                      "still refill it",
+    }, hint="the proof of this lesson answers this one without any arithmetic"),
+    "02.c4": pick("b", a="block verification is lossless: its completed law equals the target's exactly (the "
+                         "lesson checks it in fractions)",
+                  c="with one-hot guesses the weight can only fall, so block and token-wise verification keep the "
+                    "same: the lesson's last block-verification cell shows it"),
+    # The bug "temperature on the target only": at which of 0.6, 1.0, 1.5 is it invisible?
+    "02.c5": pick(_invisible_temperatures, **dict.fromkeys("abcd", (
+        "at which temperature is the processed draft distribution the same as the unprocessed one? There the "
+        "verifier's q is the q the guess came from"))),
+})

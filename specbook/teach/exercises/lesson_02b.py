@@ -9,8 +9,8 @@ import numpy as np
 
 from specbook import naive, stats
 
-from . import Wrong, grader
-from .lesson_01 import choice, number, whole
+from . import Wrong, grader, register
+from ._answers import count, near, number, pick, whole
 
 LEVEL = 0.01  # the primer's level throughout
 
@@ -117,63 +117,38 @@ def draws_for_a_better_draft(answer, p, q) -> None:
 
 # ---------------------------------------------------------------------------- concept check
 
-
-@grader("02b.c1")
-def raw_counts(answer) -> None:
-    choice(answer, {
-        "a": "scipy accepts proportions without a word (section 1 shows it); specbook.stats refuses them for a "
-             "reason",
-        "b": None,
-        "c": "the degrees of freedom depend on the number of bins, which dividing does not change",
-    })
+_C2_PVALUES = [0.001, 0.004, 0.02, 0.3]
 
 
-@grader("02b.c2")
-def holm_count(answer) -> None:
-    """p-values (0.001, 0.004, 0.02, 0.3) at family-wise level 0.01: how many rejected by Holm?"""
-    pvalues = [0.001, 0.004, 0.02, 0.3]
-    n = whole(answer, "the number of rejections")
-    right = sum(stats.holm(pvalues, LEVEL))
-    if n == right:
-        return
-    if n == sum(p <= LEVEL for p in pvalues):
-        raise Wrong("that is every test at level 0.01 on its own; Holm compares the smallest p-value with ℓ/4, "
-                    "the next with ℓ/3, and so on, stopping at the first that is not small enough")
-    raise Wrong("sort the p-values and walk up: ℓ/4 for the smallest, ℓ/3 for the next, … stop at the first "
-                "failure")
-
-
-@grader("02b.c3")
-def half_the_bias(answer) -> None:
-    """A deviation half as large: how many times the draws for the same power (pooling unchanged)?"""
-    value = number(answer, "the factor")
+def _draws_for_half_the_bias() -> float:
+    """c3: how many times the draws for the same power (0.9) when the deviation is halved."""
     null = np.array([0.4, 0.3, 0.2, 0.1])
     shift = np.array([0.04, -0.02, -0.01, -0.01])
     n_full = stats.sample_size_for_power(null, null + shift, alpha=LEVEL, power=0.9)
     n_half = stats.sample_size_for_power(null, null + shift / 2, alpha=LEVEL, power=0.9)
-    right = n_half / n_full
-    if _near(value, right, 0.1):
-        return
-    if _near(value, np.sqrt(right), 0.1):
-        raise Wrong("λ = n Σ (a − p)²/p: halve a − p and see what happens to λ at a fixed n")
-    raise Wrong("the power depends on n only through λ = n Σ (a − p)²/p: keep λ fixed")
+    return n_half / n_full
 
 
-@grader("02b.c4")
-def what_a_pass_means(answer) -> None:
-    choice(answer, {
-        "a": "the level bounds false alarms on correct samplers; it says nothing about how often a bug slips "
-             "through",
-        "b": None,
-        "c": "power is a property of the test against a given bug, not a probability that the sampler is buggy",
-    })
-
-
-@grader("02b.c5")
-def pooling_rule(answer) -> None:
-    choice(answer, {
-        "a": "merging by the observed counts lets the data choose the test; what does specbook.stats.pool_bins "
-             "read?",
-        "b": None,
-        "c": "a test whose bins are chosen to raise the p-value would pass anything",
-    })
+register({
+    "02b.c1": pick("b", a="scipy accepts proportions without a word (section 1 shows it); specbook.stats refuses "
+                          "them for a reason",
+                   c="the degrees of freedom depend on the number of bins, which dividing does not change"),
+    # p-values (0.001, 0.004, 0.02, 0.3) at family-wise level 0.01: how many rejected by Holm?
+    "02b.c2": count(sum(stats.holm(_C2_PVALUES, LEVEL)), "the number of rejections", traps={
+        sum(p <= LEVEL for p in _C2_PVALUES): "that is every test at level 0.01 on its own; Holm compares the "
+                                              "smallest p-value with ℓ/4, the next with ℓ/3, and so on, stopping "
+                                              "at the first that is not small enough",
+    }, hint="sort the p-values and walk up: ℓ/4 for the smallest, ℓ/3 for the next, … stop at the first failure"),
+    # A deviation half as large: how many times the draws for the same power (pooling unchanged)?
+    "02b.c3": near(_draws_for_half_the_bias, "the factor", tol=0.1, rel=True,
+                   traps=lambda right: {np.sqrt(right): "λ = n Σ (a − p)²/p: halve a − p and see what happens to λ "
+                                                        "at a fixed n"},
+                   hint="the power depends on n only through λ = n Σ (a − p)²/p: keep λ fixed"),
+    "02b.c4": pick("b", a="the level bounds false alarms on correct samplers; it says nothing about how often a "
+                          "bug slips through",
+                   c="power is a property of the test against a given bug, not a probability that the sampler "
+                     "is buggy"),
+    "02b.c5": pick("b", a="merging by the observed counts lets the data choose the test; what does "
+                          "specbook.stats.pool_bins read?",
+                   c="a test whose bins are chosen to raise the p-value would pass anything"),
+})

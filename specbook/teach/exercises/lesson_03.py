@@ -7,10 +7,8 @@ from __future__ import annotations
 
 from specbook import theory
 
-from . import Wrong, grader
-from .lesson_01 import call as _call
-from .lesson_01 import choice as _choice
-from .lesson_01 import number as _number
+from . import Wrong, grader, register
+from ._answers import call, near, number, pick
 
 # ---------------------------------------------------------------------------- exercises
 
@@ -19,7 +17,7 @@ from .lesson_01 import number as _number
 def speedup_by_hand(answer) -> None:
     """α = 0.6, c = 0.1, γ = 4: the speedup E[tokens] / (γc + 1)."""
     alpha, c, gamma = 0.6, 0.1, 4
-    value = _number(answer, "the speedup")
+    value = number(answer, "the speedup")
     right = theory.speedup(alpha, gamma, c)
     if abs(value - right) <= 0.006:  # two decimals are enough
         return
@@ -43,7 +41,7 @@ def break_even_curve(fn) -> None:
     """break_even_c(alpha, gamma) = (E(α, γ) − 1) / γ, checked against theory.break_even_cost."""
     for gamma in (1, 2, 4, 7):
         for alpha in (0.0, 0.1, 0.37, 0.5, 0.9, 1.0):
-            got = _number(_call(fn, alpha, gamma), f"break_even_c({alpha}, {gamma})")
+            got = number(call(fn, alpha, gamma), f"break_even_c({alpha}, {gamma})")
             right = float(theory.break_even_cost(alpha, gamma))
             if abs(got - right) > 1e-9:
                 if alpha == 0.0:
@@ -60,7 +58,7 @@ def break_even_curve(fn) -> None:
 def adaptive_gamma_prediction(answer) -> None:
     """The γ that maximises the speedup at α = 0.4, c = 0.2 (what AdaptiveGamma should settle on)."""
     alpha, c = 0.4, 0.2
-    value = _number(answer, "γ")
+    value = number(answer, "γ")
     if value != int(value):
         raise Wrong("γ is a whole number of guesses")
     right = theory.optimal_gamma(alpha, c)[0]
@@ -79,62 +77,40 @@ def adaptive_gamma_prediction(answer) -> None:
 # ---------------------------------------------------------------------------- concept check
 
 
-@grader("03.c1")
-def limit_of_yield(answer) -> None:
-    """The limit of E[tokens] as γ grows, at α = 0.8."""
-    value = _number(answer, "the limit")
-    right = float(theory.expected_tokens_limit(0.8))
-    if abs(value - right) <= 0.01:
-        return
-    if abs(value - (right - 1)) <= 0.01:
-        raise Wrong("that counts the accepted guesses only: every round also emits one corrected or bonus token")
-    raise Wrong("E[tokens] = 1 + α + α² + …: the sum of an endless geometric series")
+def _better_change() -> str:
+    """c2, at γ = 4, α = 0.7: raising α to 0.8 (a) or drafting γ = 8 (b), whichever yields more."""
+    return "a" if theory.expected_tokens(0.8, 4) > theory.expected_tokens(0.7, 8) else "b"
 
 
-@grader("03.c2")
-def tune_alpha_not_gamma(answer) -> None:
-    """At γ = 4, α = 0.7: raise α to 0.8 (a) or draft γ = 8 (b)?"""
-    better_alpha = theory.expected_tokens(0.8, 4)
-    longer_draft = theory.expected_tokens(0.7, 8)
-    hint = ("compare E[tokens] for both changes: (1 − α^(γ+1)) / (1 − α), or the table at the top of the "
-            "lesson's yield section")
-    _choice(answer, {"a": None if better_alpha > longer_draft else hint,
-                     "b": None if longer_draft > better_alpha else hint})
+def _not_break_even(alpha: float) -> str:
+    """c4's hint for a wrong α: the speedup there, which is not 1."""
+    if not 0 <= alpha <= 1:
+        return f"α is a probability, between 0 and 1; got {alpha:g}"
+    return (f"at α = {alpha:.3f} the speedup is {theory.speedup(alpha, 4, 0.05):.3f}, not 1: solve "
+            "E(α, 4) = 4c + 1, numerically if you like")
 
 
-@grader("03.c3")
-def why_alpha_to_the_k(answer) -> None:
-    """Why the k-th guess adds α^k to E[tokens]."""
-    _choice(answer, {
-        "a": "a checked guess survives with probability α whatever its depth; the question is how often the "
-             "k-th guess is checked at all",
-        "b": None,
-        "c": "the formula assumes the same α at every depth (lesson 3's toy pairs are built that way); the power "
-             "comes from something else",
-    })
-
-
-@grader("03.c4")
-def break_even_alpha(answer) -> None:
-    """The acceptance rate at which γ = 4 with c = 0.05 breaks even."""
-    value = _number(answer, "α")
-    right = theory.break_even_alpha(4, 0.05)
-    if abs(value - right) <= 0.005:
-        return
-    if abs(value - 0.05) < 0.005:
-        raise Wrong("α = c is the chord, a straight line; the break-even curve (α + α² + α³ + α⁴)/4 = c is not "
-                    "straight")
-    raise Wrong(f"at α = {value:.3f} the speedup is {theory.speedup(value, 4, 0.05):.3f}, not 1: solve "
-                "E(α, 4) = 4c + 1, numerically if you like")
-
-
-@grader("03.c5")
-def losing_is_still_exact(answer) -> None:
-    """A drafter that makes decoding slower: what happens to the text?"""
-    _choice(answer, {
-        "a": None,
-        "b": "lesson 2 proved the output law is the target's whatever the draft q: a poor draft is rejected "
-             "more often, and the rejections are what make it exact",
-        "c": "α and c decide the speed only; losslessness holds for every α, which is why only a measurement "
-             "of α or of the time shows the loss",
-    })
+register({
+    # The limit of E[tokens] as γ grows, at α = 0.8.
+    "03.c1": near(float(theory.expected_tokens_limit(0.8)), "the limit", tol=0.01,
+                  traps=lambda right: {right - 1: "that counts the accepted guesses only: every round also emits "
+                                                  "one corrected or bonus token"},
+                  hint="E[tokens] = 1 + α + α² + …: the sum of an endless geometric series"),
+    # At γ = 4, α = 0.7: raise α to 0.8 (a) or draft γ = 8 (b)?
+    "03.c2": pick(_better_change, **dict.fromkeys("ab", "compare E[tokens] for both changes: (1 − α^(γ+1)) / (1 − α), "
+                                                        "or the table at the top of the lesson's yield section")),
+    # Why the k-th guess adds α^k to E[tokens].
+    "03.c3": pick("b", a="a checked guess survives with probability α whatever its depth; the question is how "
+                         "often the k-th guess is checked at all",
+                  c="the formula assumes the same α at every depth (lesson 3's toy pairs are built that way); the "
+                    "power comes from something else"),
+    # The acceptance rate at which γ = 4 with c = 0.05 breaks even.
+    "03.c4": near(theory.break_even_alpha(4, 0.05), "α", tol=0.005, traps={
+        0.05: "α = c is the chord, a straight line; the break-even curve (α + α² + α³ + α⁴)/4 = c is not straight",
+    }, hint=_not_break_even),
+    # A drafter that makes decoding slower: what happens to the text?
+    "03.c5": pick("a", b="lesson 2 proved the output law is the target's whatever the draft q: a poor draft is "
+                         "rejected more often, and the rejections are what make it exact",
+                  c="α and c decide the speed only; losslessness holds for every α, which is why only a "
+                    "measurement of α or of the time shows the loss"),
+})

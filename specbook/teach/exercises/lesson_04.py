@@ -10,8 +10,8 @@ import numpy as np
 
 from specbook import theory
 
-from . import Wrong, grader
-from .lesson_01 import call, choice, number, whole
+from . import Wrong, grader, register
+from ._answers import call, near, number, pick, whole
 
 GAMMA = 4
 
@@ -93,61 +93,26 @@ def best_gamma_for_a_curve(fn, flatter, draft, curves) -> None:
             raise Wrong(f"at α = {alpha:.3f}, c = {c:.3f} with the {name} curve your γ = {got} predicts "
                         f"{scores[got]:.3f}×, and another γ in 1..8 predicts more: evaluate the speedup of every γ "
                         "with v(γ + 1) read off the curve")
-    choice(flatter, {
-        "a": None,
-        "b": "a flatter curve makes each extra verified position cheaper; which way does that move the best γ?",
-        "c": "the best γ balances what one more guess yields against what it costs, and the curve is part of "
-             "the cost",
-    })
+    pick("a", b="a flatter curve makes each extra verified position cheaper; which way does that move the best γ?",
+         c="the best γ balances what one more guess yields against what it costs, and the curve is part of the "
+           "cost")(flatter)
 
 
 # ---------------------------------------------------------------------------- concept check
 
-
-@grader("04.c1")
-def where_lookup_pays(answer) -> None:
-    choice(answer, {
-        "a": "prompt lookup can only propose text that is already in the context: how much of a chat reply "
-             "is?",
-        "b": None,
-        "c": "arithmetic answers are new digits, rarely copied from the prompt",
-    })
-
-
-@grader("04.c2")
-def predicted_speedup(answer) -> None:
-    """α = 0.5, γ = 4, c = 0.02, v(5) = 1.3: the predicted speedup."""
-    value = number(answer, "the speedup")
-    right = float(theory.speedup(0.5, 4, 0.02, verify_cost=1.3))
-    if abs(value - right) <= 0.01:
-        return
-    if abs(value - float(theory.speedup(0.5, 4, 0.02))) <= 0.01:
-        raise Wrong("that assumes a free verify pass; here it costs 1.3 passes")
-    raise Wrong("speedup = E(α, γ) / (γ·c + v(γ + 1))")
-
-
-@grader("04.c3")
-def layer_skipping(answer) -> None:
-    choice(answer, {
-        "a": "its guesses are often accepted: the exit is only two blocks early",
-        "b": None,
-        "c": "greedy speculative decoding returned exactly the plain output for every drafter in the lesson",
-    })
-
-
-@grader("04.c4")
-def what_v_depends_on(answer) -> None:
-    choice(answer, {
-        "a": "v is the time of one target pass over γ + 1 positions against one position: no drafter runs in it",
-        "b": None,
-        "c": "the workload changes α, not the time of a pass of a given width",
-    })
-
-
-@grader("04.c5")
-def tested_counts_fall(answer) -> None:
-    choice(answer, {
-        "a": "even when every round drafts γ guesses, the deeper counts are smaller: why?",
-        "b": None,
-        "c": "the counts are of drafts, not of time",
-    })
+register({
+    "04.c1": pick("b", a="prompt lookup can only propose text that is already in the context: how much of a chat "
+                         "reply is?",
+                  c="arithmetic answers are new digits, rarely copied from the prompt"),
+    # α = 0.5, γ = 4, c = 0.02, v(5) = 1.3: the predicted speedup.
+    "04.c2": near(float(theory.speedup(0.5, 4, 0.02, verify_cost=1.3)), "the speedup", tol=0.01, traps={
+        float(theory.speedup(0.5, 4, 0.02)): "that assumes a free verify pass; here it costs 1.3 passes",
+    }, hint="speedup = E(α, γ) / (γ·c + v(γ + 1))"),
+    "04.c3": pick("b", a="its guesses are often accepted: the exit is only two blocks early",
+                  c="greedy speculative decoding returned exactly the plain output for every drafter in the lesson"),
+    "04.c4": pick("b", a="v is the time of one target pass over γ + 1 positions against one position: no drafter "
+                         "runs in it",
+                  c="the workload changes α, not the time of a pass of a given width"),
+    "04.c5": pick("b", a="even when every round drafts γ guesses, the deeper counts are smaller: why?",
+                  c="the counts are of drafts, not of time"),
+})

@@ -25,8 +25,8 @@ from ...decode import speculative_generate, speculative_steps
 from ...drafters.draft_model import DraftModelDrafter
 from ...sampling import GREEDY, SamplingParams
 from ...toy import make_toy_pair
-from . import Wrong, grader
-from .lesson_01 import call, choice, whole
+from . import Wrong, grader, register
+from ._answers import call, pair, pick
 from .loop_fixtures import CacheWatch, ScriptedDrafter, tiny_case
 
 ALPHA = 1e-4  # level of each law test; a failure is rerun once with the second seed
@@ -329,16 +329,9 @@ C4 = dict(lengths=(30, 25), gamma=4, accepted=(1, 3))
 C5 = dict(cached=30, nodes=6, path=2)
 
 
-def _pair(answer, what: str) -> tuple[int, int]:
-    """Two whole numbers, or :class:`Wrong`."""
-    if not isinstance(answer, (tuple, list)) or len(answer) != 2:
-        raise Wrong(f"{what}: answer with two numbers in parentheses, (first, second); got {answer!r}")
-    return whole(answer[0], f"{what}'s first number"), whole(answer[1], f"{what}'s second number")
-
-
 @grader("04b.c1")
 def _c1(answer):
-    after_forward, after_rollback = _pair(answer, "c1")
+    after_forward, after_rollback = pair(answer, "c1")
     if after_forward != C1["cached"] + C1["gamma"] + 1:
         raise Wrong("right after the forward, every fed token has its keys and values written: count the pending "
                     "token as well as the drafts")
@@ -347,24 +340,9 @@ def _c1(answer):
                     "accepted drafts, nothing of the rejected one or those after it")
 
 
-@grader("04b.c2")
-def _c2(answer):
-    choice(answer, {"a": "the pending token was fed first in this pass: its keys and values were written then",
-                    "b": "an accepted draft was fed in this pass and its entry survives the rollback",
-                    "c": None,
-                    "d": "one token of every round was never fed to the target in that round's pass"})
-
-
-@grader("04b.c3")
-def _c3(answer):
-    choice(answer, {"a": "the next pass attends to every entry below the row's length, rejected drafts included",
-                    "b": None,
-                    "c": "nothing fails loudly: the cache simply holds more entries than the text"})
-
-
 @grader("04b.c4")
 def _c4(answer):
-    got = _pair(answer, "c4")
+    got = pair(answer, "c4")
     if got != tuple(n + a + 1 for n, a in zip(C4["lengths"], C4["accepted"])):
         raise Wrong("each row keeps its own pending token and its own accepted drafts, from its own length; "
                     "the rows are never cut to a common length")
@@ -372,9 +350,18 @@ def _c4(answer):
 
 @grader("04b.c5")
 def _c5(answer):
-    length, discarded = _pair(answer, "c5")
+    length, discarded = pair(answer, "c5")
     if length != C5["cached"] + 1 + C5["path"]:
         raise Wrong("keep packs the root (the pending token) and the accepted path's nodes into place after the "
                     "cached context")
     if discarded != C5["nodes"] - C5["path"]:
         raise Wrong("the pass wrote one entry per fed token (the root and every node); count those not on the path")
+
+
+register({
+    "04b.c2": pick("c", a="the pending token was fed first in this pass: its keys and values were written then",
+                   b="an accepted draft was fed in this pass and its entry survives the rollback",
+                   d="one token of every round was never fed to the target in that round's pass"),
+    "04b.c3": pick("b", a="the next pass attends to every entry below the row's length, rejected drafts included",
+                   c="nothing fails loudly: the cache simply holds more entries than the text"),
+})

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from fractions import Fraction as F
 
-from . import Wrong, grader
-from .lesson_01 import call, choice, number, whole
+from . import Wrong, grader, register
+from ._answers import call, count, near, pick, whole
 
 CHOICES = [[0], [1], [2], [0, 0], [0, 1], [1, 0], [0, 0, 0]]  # exercise 1's choice list
 
@@ -86,46 +86,22 @@ def tree_budget(budget, bigger, tree_curves) -> None:
     measured = "a" if f32 > bf16 else "b" if bf16 > f32 else "c"
     hint = (f"on this machine the budgets are {f32} nodes in float32 and {bf16} in bfloat16: which dtype does "
             "this processor multiply fastest?")
-    choice(bigger, {k: None if k == measured else hint for k in "abc"})
+    pick(measured, **dict.fromkeys("abc", hint))(bigger)
 
 
 # ---------------------------------------------------------------------------- concept check
 
 
-@grader("05.c1")
-def mask_row_at_depth_two(answer) -> None:
-    """True entries in the mask row of a node at depth 2 (the root's children are at depth 0)."""
+def _mask_row_at_depth_two() -> int:
+    """c1: True entries in the mask row of a node at depth 2 (the root's children are at depth 0)."""
     from specbook.tree_attention import tree_mask
     from specbook.tree_paths import from_paths
 
-    n = whole(answer, "the number of True entries")
-    right = int(tree_mask(from_paths([[0], [0, 0], [0, 0, 0]]).parents)[2].sum())
-    if n == right:
-        return
-    raise Wrong("a node sees itself and each of its ancestors: how many ancestors has a node at depth 2?")
+    return int(tree_mask(from_paths([[0], [0, 0], [0, 0, 0]]).parents)[2].sum())
 
 
-@grader("05.c2")
-def medusa_head_target(answer) -> None:
-    choice(answer, {
-        "a": "x_{t+1} is already the target's own prediction from z_t; head 1 predicts the token after it",
-        "b": None,
-        "c": "that is the off-by-one the course once taught; count from the target's own next token",
-    })
-
-
-@grader("05.c3")
-def typical_acceptance(answer) -> None:
-    choice(answer, {
-        "a": "section 6 tests it by chi-square against p: what did it find?",
-        "b": None,
-        "c": "nothing in typical acceptance depends on the temperature being 1; section 6 ran it at 1",
-    })
-
-
-@grader("05.c4")
-def top_k_with_q(answer) -> None:
-    """A top-2 list of distinct tokens, verified with the head's q reported: lossless or not?"""
+def _top_k_with_q_is_lossless() -> str:
+    """c4: a top-2 list of distinct tokens, verified with the head's q reported: lossless (a) or not (b)?"""
     from specbook.tree_laws import tree_block_law
     from specbook.tree_paths import from_paths
 
@@ -135,20 +111,23 @@ def top_k_with_q(answer) -> None:
     first = [F(0)] * 3
     for block, pr in law.items():
         first[block[0]] += pr
-    lossless = first == p_root
-    hint = ("the tree rule's proof needs each sibling to be an independent draw from the q reported for it, "
-            "or fixed candidates verified as one-hot; the lesson's last exact table shows which case this is")
-    choice(answer, {"a": None if lossless else hint, "b": hint if lossless else None})
+    return "a" if first == p_root else "b"
 
 
-@grader("05.c5")
-def intensity_of_a_tree_pass(answer) -> None:
-    """Flop per weight byte of a 64-node verify pass in bfloat16."""
-    value = number(answer, "the intensity")
-    nodes, bytes_per_weight = 64, 2
-    right = 2 * nodes / bytes_per_weight
-    if abs(value - right) < 1e-9:
-        return
-    if abs(value - 2 * nodes / 4) < 1e-9:
-        raise Wrong("that is float32, 4 bytes per weight; bfloat16 has 2")
-    raise Wrong("each weight fetched does one multiply-add (2 flop) per node; divide by the bytes of one weight")
+_C5 = dict(nodes=64, bytes_per_weight=2)  # a 64-node verify pass in bfloat16
+
+register({
+    "05.c1": count(_mask_row_at_depth_two, "the number of True entries",
+                   hint="a node sees itself and each of its ancestors: how many ancestors has a node at depth 2?"),
+    "05.c2": pick("b", a="x_{t+1} is already the target's own prediction from z_t; head 1 predicts the token after it",
+                  c="that is the off-by-one the course once taught; count from the target's own next token"),
+    "05.c3": pick("b", a="section 6 tests it by chi-square against p: what did it find?",
+                  c="nothing in typical acceptance depends on the temperature being 1; section 6 ran it at 1"),
+    "05.c4": pick(_top_k_with_q_is_lossless, **dict.fromkeys("ab", (
+        "the tree rule's proof needs each sibling to be an independent draw from the q reported for it, or fixed "
+        "candidates verified as one-hot; the lesson's last exact table shows which case this is"))),
+    # Flop per weight byte of a 64-node verify pass in bfloat16: one multiply-add (2 flop) per node and weight.
+    "05.c5": near(2 * _C5["nodes"] / _C5["bytes_per_weight"], "the intensity", tol=1e-9, traps={
+        2 * _C5["nodes"] / 4: "that is float32, 4 bytes per weight; bfloat16 has 2",
+    }, hint="each weight fetched does one multiply-add (2 flop) per node; divide by the bytes of one weight"),
+})
