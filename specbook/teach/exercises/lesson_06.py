@@ -6,10 +6,9 @@ c 0.05); none is written into the notebook.
 """
 from __future__ import annotations
 
-import math
-
 from ... import roofline, theory
-from . import Wrong, grader
+from . import Wrong, grader, register
+from ._answers import near, number, pick, whole
 
 GAMMA, ALPHA, C, DTYPE, DTYPE_BYTES = 4, 0.8, 0.05, "bfloat16", 2
 KV_CONTEXT = 512  # cached tokens per row in exercise 06.4
@@ -17,19 +16,7 @@ GPUS = ("A100 SXM", "L4", "H200 SXM")
 SEARCH = range(1, 4097)  # batch sizes searched for a crossover
 
 
-def _int_answer(value, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise Wrong(f"{name} must be a whole batch size, got {value!r}")
-    return int(value)
-
-
-def _number(value, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise Wrong(f"{name} must be a number, got {value!r}")
-    return float(value)
-
-
-def _choice(value, options: tuple, name: str) -> str:
+def _one_of(value, options: tuple, name: str) -> str:
     if value not in options:
         raise Wrong(f"{name} must be one of {options}, got {value!r}")
     return value
@@ -45,7 +32,7 @@ def kv_crossovers(kv_reads: str) -> dict[str, int | None]:
 @grader("06.1")
 def _l4_ridge_batches(plain_batch, verify_batch):
     """The first batch at which a plain step and a gamma = 4 verify step reach the L4's bfloat16 ridge."""
-    got = (_int_answer(plain_batch, "l4_plain"), _int_answer(verify_batch, "l4_spec"))
+    got = (whole(plain_batch, "l4_plain"), whole(verify_batch, "l4_spec"))
     want = (roofline.ridge_batch("L4", DTYPE, 0, DTYPE_BYTES), roofline.ridge_batch("L4", DTYPE, GAMMA, DTYPE_BYTES))
     if got == want:
         return
@@ -61,7 +48,7 @@ def _l4_ridge_batches(plain_batch, verify_batch):
 @grader("06.2")
 def _a100_ridge_and_crossover(ridge_batch, crossover):
     """The A100's ridge batch and crossover for the 7B example (plain roofline)."""
-    rb, cross = _int_answer(ridge_batch, "a100_ridge_batch"), _int_answer(crossover, "a100_cross")
+    rb, cross = whole(ridge_batch, "a100_ridge_batch"), whole(crossover, "a100_cross")
     want_rb = roofline.ridge_batch("A100 SXM", DTYPE, GAMMA, DTYPE_BYTES)
     want_cross = roofline.predicted_crossover("A100 SXM", DTYPE, 7e9, DTYPE_BYTES, ALPHA, GAMMA, C, SEARCH)
     if rb != want_rb:
@@ -81,7 +68,7 @@ def _a100_ridge_and_crossover(ridge_batch, crossover):
 @grader("06.3")
 def _wasted_share(share):
     """The expected share of computed verify positions thrown away at alpha 0.6, gamma 4."""
-    got = _number(share, "waste6")
+    got = number(share, "waste6")
     e = float(theory.expected_tokens(0.6, GAMMA))
     want = (GAMMA - (e - 1)) / (GAMMA + 1)
     if abs(got - want) <= 5e-4:
@@ -103,7 +90,7 @@ def _kv_crossovers(once, per_position):
             raise Wrong(f"{name} must be a dict with the keys {GPUS}, got {answer!r}")
         for hw, value in answer.items():
             if value is not None:
-                _int_answer(value, f"{name}[{hw!r}]")
+                whole(value, f"{name}[{hw!r}]")
     for name, answer, reads in (("crossover_once", once, "once"), ("crossover_per_position", per_position,
                                                                    "per_position")):
         want = kv_crossovers(reads)
@@ -131,24 +118,19 @@ def _kv_crossovers(once, per_position):
                         "once, or B × kv × n with one read per position")
 
 
-@grader("06.c1")
-def _at_the_ridge(choice):
-    """What happens at the ridge batch of the H100 example."""
-    options = ("a", "b", "c")
-    _choice(choice, options, "c1")
+def _at_the_ridge() -> str:
+    """c1: at the ridge batch of the H100 example, is speculation still faster (c) or already slower (a)?"""
     rb = roofline.ridge_batch("H100 SXM", DTYPE, GAMMA, DTYPE_BYTES)
     at_ridge = roofline.predict("H100 SXM", DTYPE, rb, GAMMA, ALPHA, C, 7e9, DTYPE_BYTES).speedup
-    truth = "c" if at_ridge > 1 else "a"
-    if choice != truth:
-        raise Wrong("compute the speedup at the ridge batch: E(0.8, 4) / (4c + v_B(5)) with v_B(5) just at 1")
+    return "c" if at_ridge > 1 else "a"
 
 
 @grader("06.c2")
 def _context_moves_the_crossover(once, per_position):
     """Which way a longer context moves the crossover, for each attention kernel."""
     options = ("smaller batch", "larger batch", "unchanged")
-    _choice(once, options, "c2_once")
-    _choice(per_position, options, "c2_per_position")
+    _one_of(once, options, "c2_once")
+    _one_of(per_position, options, "c2_per_position")
     model, sizes = roofline.MODELS["7B"], range(1, 8193)
 
     def direction(reads):
@@ -166,24 +148,10 @@ def _context_moves_the_crossover(once, per_position):
                     "plain step once; what does that do to v_B(γ + 1)?")
 
 
-@grader("06.c3")
-def _rectangular_batch(tokens_per_round):
-    """Rows that must advance together: the expected minimum of 8 rows' tokens per round."""
-    got = _number(tokens_per_round, "c3")
-    batch = 8
-    want = sum(ALPHA ** ((k - 1) * batch) for k in range(1, GAMMA + 2))  # P(min >= k) = (alpha^(k-1))^B
-    if abs(got - want) <= 5e-3:
-        return
-    if abs(got - float(theory.expected_tokens(ALPHA, GAMMA))) <= 5e-3:
-        raise Wrong("that is one row's mean; the batch advances by the smallest of 8 rows' counts, which is lower")
-    raise Wrong("the minimum is at least k when every row keeps at least k tokens: P(min ≥ k) = P(one row ≥ k)^8, "
-                "and a row keeps at least k tokens when its first k − 1 drafts are accepted; sum over k = 1 .. γ + 1")
-
-
 @grader("06.c4")
 def _this_machines_ridge_batch(batch, hardware):
     """The first batch at which a gamma = 4 float32 verify step reaches this machine's measured ridge."""
-    got = _int_answer(batch, "c4")
+    got = whole(batch, "c4")
     if not isinstance(hardware, roofline.Hardware):
         raise ValueError(f"hardware must be the lesson's measured Hardware, got {hardware!r}")
     want = roofline.ridge_batch(hardware, "float32", GAMMA, roofline.DTYPE_BYTES["float32"])
@@ -192,17 +160,30 @@ def _this_machines_ridge_batch(batch, hardware):
                     f"float32 ridge this machine measured above ({roofline.ridge(hardware, 'float32'):.2f})")
 
 
-@grader("06.c5")
-def _kernel_efficiency(choice):
-    """What reaching 60% of peak FLOP/s and 90% of bandwidth does to the ridge and the crossover."""
-    options = ("a", "b", "c", "d")
-    _choice(choice, options, "c5")
+def _min_of_rows(batch: int = 8) -> float:
+    """c3: rows that must advance together, the expected minimum of ``batch`` rows' tokens per round."""
+    return sum(ALPHA ** ((k - 1) * batch) for k in range(1, GAMMA + 2))  # P(min >= k) = (alpha^(k-1))^B
+
+
+def _kernel_efficiency() -> str:
+    """c5: what reaching 60% of peak FLOP/s and 90% of bandwidth does to the ridge and the crossover."""
     full = roofline.serving_crossover("H100 SXM", DTYPE, GAMMA, ALPHA, roofline.MODELS["7B"], SEARCH, draft=C)
     partial = roofline.serving_crossover("H100 SXM", DTYPE, GAMMA, ALPHA, roofline.MODELS["7B"], SEARCH, draft=C,
                                          compute_efficiency=0.6, bandwidth_efficiency=0.9)
     lower_ridge = 0.6 / 0.9 < 1
-    truth = {(True, True): "b", (True, False): "a", (False, True): "d", (False, False): "c"}[
+    return {(True, True): "b", (True, False): "a", (False, True): "d", (False, False): "c"}[
         (lower_ridge, partial is not None and partial < full)]
-    if choice != truth:
-        raise Wrong("the attained ridge is (0.6 × peak) / (0.9 × bandwidth); is that above or below the datasheet's? "
-                    "And a lower ridge is reached by fewer positions")
+
+
+register({
+    "06.c1": pick(_at_the_ridge, **dict.fromkeys("abc", "compute the speedup at the ridge batch: E(0.8, 4) / (4c + "
+                                                         "v_B(5)) with v_B(5) just at 1")),
+    "06.c3": near(_min_of_rows(), "c3", tol=5e-3, traps={
+        float(theory.expected_tokens(ALPHA, GAMMA)): "that is one row's mean; the batch advances by the smallest of "
+                                                      "8 rows' counts, which is lower",
+    }, hint="the minimum is at least k when every row keeps at least k tokens: P(min ≥ k) = P(one row ≥ k)^8, "
+            "and a row keeps at least k tokens when its first k − 1 drafts are accepted; sum over k = 1 .. γ + 1"),
+    "06.c5": pick(_kernel_efficiency, **dict.fromkeys("abcd", (
+        "the attained ridge is (0.6 × peak) / (0.9 × bandwidth); is that above or below the datasheet's? And a "
+        "lower ridge is reached by fewer positions"))),
+})
