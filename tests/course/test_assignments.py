@@ -100,11 +100,17 @@ SUBMISSIONS = ROOT / "tests" / "course" / "submissions"
 
 
 def _broken(name: str) -> dict:
-    """``BROKEN`` of tests/course/submissions/<name>.py (label -> (answers, lost cells, feedback words))."""
-    spec = importlib.util.spec_from_file_location(f"submissions_{name}", SUBMISSIONS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.BROKEN
+    """``BROKEN`` of tests/course/submissions/<name>.py (label -> (answers, lost cells, feedback words)).
+
+    The module is loaded as a part of the package tests/course/submissions, whose ``mutated`` writes a broken
+    submission as the reference solution with one mistake put in.
+    """
+    if "course_submissions" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("course_submissions", SUBMISSIONS / "__init__.py",
+                                                      submodule_search_locations=[str(SUBMISSIONS)])
+        sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[spec.name])
+    return importlib.import_module(f"course_submissions.{name}").BROKEN
 
 
 # (assignment, label) -> (answers, cells that must lose all their points, words the feedback must show);

@@ -1,11 +1,8 @@
 """Broken submissions to 01_acceptance_rule: each must lose the points of the named cells, and only those."""
+from . import mutated
 
-RESAMPLE_FROM_P = '''def accept_token(target_probs, draft_probs, draft_token, generator=None):
-    u = torch.rand((), generator=generator, dtype=target_probs.dtype)
-    if u * draft_probs[draft_token] < target_probs[draft_token]:
-        return draft_token
-    return int(torch.multinomial(target_probs, 1, generator=generator))
-'''
+RESAMPLE_FROM_P = mutated("01_acceptance_rule", "accept_token",
+                          "torch.multinomial(residual(target_probs, draft_probs), 1", "torch.multinomial(target_probs, 1")
 
 BY_THE_LIBRARY = '''def accept_token(target_probs, draft_probs, draft_token, generator=None):
     import specbook.verify as library

@@ -1,16 +1,8 @@
 """Broken submissions to 02_chain_verifier: each must lose the points of the named cells, and only those."""
+from . import mutated
 
-GREEDY_BONUS = '''def verify_row(target_probs, draft_probs, draft_tokens, generator=None):
-    out = []
-    for j, x in enumerate(draft_tokens.tolist()):
-        if torch.rand((), generator=generator) * draft_probs[j, x] < target_probs[j, x]:
-            out.append(x)
-            continue
-        out.append(int(torch.multinomial(residual(target_probs[j], draft_probs[j]), 1, generator=generator)))
-        return torch.tensor(out)
-    out.append(int(target_probs[-1].argmax()))
-    return torch.tensor(out)
-'''
+GREEDY_BONUS = mutated("02_chain_verifier", "verify_row", "int(torch.multinomial(target_probs[K], 1, generator=generator))",
+                       "int(target_probs[K].argmax())")  # the bonus token by argmax, not drawn
 
 BY_THE_LIBRARY = '''def verify_row(target_probs, draft_probs, draft_tokens, generator=None):
     from specbook.verify import verify_chain

@@ -4,25 +4,13 @@ A wrong mask costs the mask's points only: the tests of the positions and of the
 cache use the library's mask while they run (one mistake, one deduction).
 """
 
-NO_VALIDATION = '''def tree_mask(parents):
-    N = len(parents)
-    mask = torch.eye(N, dtype=torch.bool)
-    for i, par in enumerate(parents.tolist()):
-        if par >= 0:
-            mask[i] |= mask[par]
-    return mask
-'''
+from . import mutated
 
-DESCENDANTS = '''def tree_mask(parents):
-    N = len(parents)
-    mask = torch.eye(N, dtype=torch.bool)
-    for i, par in enumerate(parents.tolist()):
-        if not -1 <= par < i:
-            raise ValueError(f"parents[{i}] = {par}")
-        if par >= 0:
-            mask[i] |= mask[par]
-    return mask.T  # node i sees its descendants instead of its ancestors
-'''
+NO_VALIDATION = mutated("03_tree_mask", "tree_mask", '''        if not -1 <= par < i:
+            raise ValueError(f"parents[{i}] = {par} must be -1 or an earlier node")
+''', "")
+DESCENDANTS = mutated("03_tree_mask", "tree_mask", "    return mask",
+                      "    return mask.T  # node i sees its descendants instead of its ancestors")
 
 BY_THE_LIBRARY = '''def tree_mask(parents):
     from specbook.tree_attention import tree_mask as library_mask

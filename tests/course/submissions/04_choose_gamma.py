@@ -4,34 +4,19 @@ Parts 3 and 4 are graded with reference versions of the earlier parts, so a wron
 speedup formula costs its own part's points only.
 """
 
-ALPHA_PER_PROPOSED = '''def estimate_alpha(histogram, gamma):
-    accepted = sum(k * n for k, n in enumerate(histogram))
-    return accepted / (gamma * sum(histogram))
-'''
+from . import mutated
 
-VERIFY_COST_OFF_BY_ONE = '''def predicted_speedup(alpha, gamma, c, verify_cost):
-    if gamma == 0:
-        return 1.0
-    return expected_tokens(alpha, gamma) / (gamma * c + verify_cost[gamma])
-'''
+# alpha over every proposed draft, not over the verified ones
+ALPHA_PER_PROPOSED = mutated("04_choose_gamma", "estimate_alpha", "min(k + 1, gamma) * n", "gamma * n")
+VERIFY_COST_OFF_BY_ONE = mutated("04_choose_gamma", "predicted_speedup", "verify_cost[gamma + 1]", "verify_cost[gamma]")
 
 SPEEDUP_BY_THE_LIBRARY = '''def predicted_speedup(alpha, gamma, c, verify_cost):
     from specbook import theory
     return float(theory.speedup(alpha, gamma, c, lambda g: verify_cost[g + 1]))
 '''
 
-PAPER_SPEEDUP_REPORTED = '''def decide(alpha, c, verify_cost, max_gamma=5):
-    gammas = range(1, max_gamma + 1)
-    measured = {g: predicted_speedup(alpha, g, c, verify_cost) for g in gammas}
-    best = max(measured, key=lambda g: (measured[g], -g))
-    flat = {n: 1.0 for n in verify_cost}
-    paper = {g: predicted_speedup(alpha, g, c, flat) for g in gammas}
-    chosen = max(paper, key=lambda g: (paper[g], -g))
-    return best, measured[best], chosen, paper[chosen]  # the paper's own figure, not what it gives here
-
-
-C = DRAFT_STEP_MS / TARGET_STEP_MS
-'''
+PAPER_SPEEDUP_REPORTED = mutated("04_choose_gamma", "answers", "chosen, measured[chosen]",
+                                 "chosen, paper[chosen]  # the paper's own figure, not what it gives here")
 
 # label -> (answers: grade_id -> code, cells that must lose all their points, words the feedback must show)
 BROKEN = {

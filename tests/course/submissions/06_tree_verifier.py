@@ -1,23 +1,10 @@
 """Broken submissions to 06_tree_verifier: each must lose the points of the named cells, and only those."""
+from . import mutated
 
-SIBLINGS_WITHOUT_RESIDUAL = '''def verify_tree_row(target_probs, draft_probs, draft_tokens, parents, generator=None):
-    V = target_probs.shape[-1]
-    out, node, p = [], -1, target_probs[0]
-    while True:
-        for child in children_of(parents, node):
-            x = int(draft_tokens[child])
-            q = torch.nn.functional.one_hot(torch.tensor(x), V).to(p.dtype) if draft_probs is None else draft_probs[child]
-            if torch.rand((), generator=generator, dtype=p.dtype) * q[x] < p[x]:
-                out.append(x)
-                node, p = child, target_probs[child + 1]
-                break
-        else:
-            out.append(int(torch.multinomial(p, 1, generator=generator)))
-            return torch.tensor(out)
-'''
-
-PARENT_ROW = SIBLINGS_WITHOUT_RESIDUAL.replace("target_probs[child + 1]", "target_probs[child]").replace(
-    "                break", "                break\n            p = residual(p, q)")
+SIBLINGS_WITHOUT_RESIDUAL = mutated(
+    "06_tree_verifier", "verify_tree_row",
+    "            law = residual(law, q_c)  # rejected: the next sibling is judged against what is left\n", "")
+PARENT_ROW = mutated("06_tree_verifier", "verify_tree_row", "target_probs[child + 1]", "target_probs[child]")
 
 BY_THE_LIBRARY = '''def verify_tree_row(target_probs, draft_probs, draft_tokens, parents, generator=None):
     from specbook import verify_tree

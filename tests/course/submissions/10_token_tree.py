@@ -1,4 +1,7 @@
 """Broken submissions to 10_token_tree: each must lose the points of the named cells, and only those."""
+from . import mutated
+
+NAME = "10_token_tree"
 
 TREE_BY_THE_LIBRARY = '''import torch
 
@@ -18,37 +21,11 @@ def best_tree(acceptance, num_nodes):
     return best_choices(torch.stack(columns, 1), num_nodes, top_s=top)
 '''
 
-TREE_OWN_SHARE_ONLY = '''def best_tree(acceptance, num_nodes):
-    """Rank nodes by the share of their own depth, parents first."""
-    if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 0:
-        raise ValueError("num_nodes")
-    chosen, frontier = [], [(r,) for r in range(len(acceptance[0]))]
-    while frontier and len(chosen) < num_nodes:
-        best = max(frontier, key=lambda p: acceptance[len(p) - 1][p[-1]])
-        frontier.remove(best)
-        chosen.append(list(best))
-        if len(best) < len(acceptance):
-            frontier += [best + (r,) for r in range(len(acceptance[len(best)]))]
-    return chosen
-'''
-
-SPEEDUP_N_POSITIONS = '''def tree_speedup(accepted, num_nodes, verify_cost, draft_cost):
-    return (1 + accepted) / (draft_cost + verify_cost[num_nodes])
-
-
-def best_budget(acceptance, verify_cost, draft_cost, budgets):
-    scores = {n: tree_speedup(expected_accepted(best_tree(acceptance, n), acceptance), n, verify_cost, draft_cost)
-              for n in budgets}
-    best = max(scores, key=lambda n: (scores[n], -n))
-    return best, scores[best]
-'''
-
-ANSWERS_SIBLINGS = '''BEST_BUDGET, BEST_SPEEDUP = best_budget(ACCEPTANCE, VERIFY_COST, DRAFT_COST, BUDGETS)
-FLAT_BUDGET, _ = best_budget(ACCEPTANCE, {n: 1.0 for n in VERIFY_COST}, DRAFT_COST, BUDGETS)
-FLAT_BUDGET_SPEEDUP = tree_speedup(expected_accepted(best_tree(ACCEPTANCE, FLAT_BUDGET), ACCEPTANCE), FLAT_BUDGET,
-                                   VERIFY_COST, DRAFT_COST)
-ASSUMPTION = ASSUMPTION_OPTIONS[0]
-'''
+# a node ranked by the share of its own depth, not by the product along its path
+TREE_OWN_SHARE_ONLY = mutated(NAME, "best_tree", "best = max(frontier, key=value)",
+                              "best = max(frontier, key=lambda p: acceptance[len(p) - 1][p[-1]])")
+SPEEDUP_N_POSITIONS = mutated(NAME, "budget", "verify_cost[num_nodes + 1]", "verify_cost[num_nodes]")
+ANSWERS_SIBLINGS = mutated(NAME, "answers", "ASSUMPTION = ASSUMPTION_OPTIONS[1]", "ASSUMPTION = ASSUMPTION_OPTIONS[0]")
 
 # label -> (answers: grade_id -> code, cells that must lose all their points, words the feedback must show)
 BROKEN = {

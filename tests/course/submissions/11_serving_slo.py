@@ -1,4 +1,7 @@
 """Broken submissions to 11_serving_slo: each must lose the points of the named cells, and only those."""
+from . import mutated
+
+NAME = "11_serving_slo"
 
 STEP_BY_THE_LIBRARY = '''from specbook import roofline
 
@@ -45,30 +48,11 @@ SLO_ON_THE_ROUND = '''def best_config(step_ms, drafters, slo_ms, max_gamma=4):
 '''
 
 # speculation "loses" where the verify step crosses the ridge, not where a round costs more than its tokens
-CROSSOVER_AT_THE_RIDGE = '''KV_BYTES_PER_ROW = 2 * 32 * 8 * 128 * 2 * CONTEXT
-
-
-def crossover_with_kv(peak_flops, bandwidth, params, dtype_bytes, kv_bytes_per_row, alpha, gamma, c,
-                      kv_reads="once", max_batch=4096):
-    for batch in range(1, max_batch + 1):
-        if 2 * batch * (gamma + 1) / dtype_bytes >= peak_flops / bandwidth:
-            return batch
-    return None
-'''
-
-KV_ONE_LAYER = '''KV_BYTES_PER_ROW = 2 * 8 * 128 * 2 * CONTEXT
-
-
-def crossover_with_kv(peak_flops, bandwidth, params, dtype_bytes, kv_bytes_per_row, alpha, gamma, c,
-                      kv_reads="once", max_batch=4096):
-    tokens = sum(alpha ** k for k in range(gamma + 1))
-    for batch in range(1, max_batch + 1):
-        plain = step_time_kv(peak_flops, bandwidth, batch, 1, params, dtype_bytes, kv_bytes_per_row, "once")
+CROSSOVER_AT_THE_RIDGE = mutated(NAME, "crossover_with_kv", '''        plain = step_time_kv(peak_flops, bandwidth, batch, 1, params, dtype_bytes, kv_bytes_per_row, "once")
         verify = step_time_kv(peak_flops, bandwidth, batch, gamma + 1, params, dtype_bytes, kv_bytes_per_row, kv_reads)
         if tokens * plain < gamma * c * plain + verify:
-            return batch
-    return None
-'''
+''', "        if 2 * batch * (gamma + 1) / dtype_bytes >= peak_flops / bandwidth:\n")
+KV_ONE_LAYER = mutated(NAME, "crossover_with_kv", "2 * 32 * 8 * 128", "2 * 8 * 128")  # one layer's cache, not 32
 
 # label -> (answers: grade_id -> code, cells that must lose all their points, words the feedback must show)
 BROKEN = {
