@@ -105,6 +105,61 @@ def expected_accepted(tree: list[list[int]], acceptance: list[list[float]]) -> f
 
 
 # %% nbgrader={"grade": true, "grade_id": "expected_tests", "locked": true, "points": 3, "schema_version": 3, "solution": false}
+### BEGIN HIDDEN TESTS
+# A failing visible test shows its own line only, not the hidden lines above it.
+# %xmode Plain
+# The references of every hidden test of this notebook, defined before a test calls your code: a failing
+# assertion cannot leave them undefined for the later parts (one mistake costs points once).
+import itertools as _itertools
+import random as _random
+
+import torch as _torch
+
+from specbook.grading.own_work import assert_own_work
+
+
+def _ref_expected(tree, acceptance):
+    return sum(math.prod(acceptance[d][r] for d, r in enumerate(p)) for p in tree)
+
+
+def _ref_nodes(acceptance):
+    """Every path of the table, as tuples."""
+    return [p for d in range(1, len(acceptance) + 1)
+            for p in _itertools.product(*(range(len(row)) for row in acceptance[:d]))]
+
+
+def _ref_best_tree(acceptance, num_nodes):
+    """The num_nodes nodes of highest value, a parent before its children of the same value: a child's value
+    never exceeds its parent's, so every parent is in (part 2's first statement, not its greedy search)."""
+    ranked = sorted(_ref_nodes(acceptance), key=lambda p: (-_ref_expected([p], acceptance), len(p)))
+    return [list(p) for p in ranked[:num_nodes]]
+
+
+def _ref_speedup(accepted, num_nodes, verify_cost, draft_cost):
+    return (1 + accepted) / (draft_cost + verify_cost[num_nodes + 1])
+
+
+def _ref_budget(acceptance, verify_cost, draft_cost, budgets):
+    scores = {n: _ref_speedup(_ref_expected(_ref_best_tree(acceptance, n), acceptance), n, verify_cost, draft_cost)
+              for n in budgets}
+    best = max(scores, key=lambda n: (scores[n], -n))
+    return best, scores[best]
+
+
+def _random_table(rng, depth, ranks):
+    table = []
+    for _ in range(depth):
+        weights = [rng.random() for _ in range(ranks + 1)]  # the last share: not among the candidates
+        table.append([w / sum(weights) for w in weights[:ranks]])
+    return table
+
+
+def _product_ranks(counts):
+    """(table, ranks): ranks (n, depth) hold every combination of ranks as often as the product of its counts."""
+    table = [[c / sum(row) for c in row[:-1]] for row in counts]  # the last count: not among the candidates
+    columns = [[r for r, c in enumerate(row) for _ in range(c)] for row in counts]
+    return table, _torch.tensor(list(_itertools.product(*columns)), dtype=_torch.long)
+### END HIDDEN TESTS
 _table = [[0.5, 0.2], [0.4, 0.1]]
 assert abs(expected_accepted([[0]], _table) - 0.5) < 1e-12, "one node: its own share"
 assert abs(expected_accepted([[0], [1], [0, 0]], _table) - (0.5 + 0.2 + 0.5 * 0.4)) < 1e-12
@@ -117,21 +172,6 @@ else:
 ### BEGIN HIDDEN TESTS
 # Short tracebacks: the feedback shows the assertion message, not this cell's source.
 # %xmode Minimal
-import random as _random
-
-from specbook.grading.own_work import assert_own_work
-
-
-def _ref_expected(tree, acceptance):
-    return sum(math.prod(acceptance[d][r] for d, r in enumerate(p)) for p in tree)
-
-
-def _random_table(rng, depth, ranks):
-    table = []
-    for _ in range(depth):
-        weights = [rng.random() for _ in range(ranks + 1)]  # the last share: not among the candidates
-        table.append([w / sum(weights) for w in weights[:ranks]])
-    return table
 
 
 def _random_tree(rng, depth, ranks, size):
@@ -161,19 +201,7 @@ for _ in range(200):
         "contributes the product of the shares along its whole path, root first")
 # specbook's tokens_per_pass counts trees on measured ranks; on ranks whose every combination appears as often as
 # the product of its depths' counts, its expected accepted length is the independence model's, exactly.
-import itertools as _itertools
-
-import torch as _torch
-
 from specbook.train.medusa import tokens_per_pass as _tokens_per_pass
-
-
-def _product_ranks(counts):
-    """(table, ranks): ranks (n, depth) hold every combination of ranks as often as the product of its counts."""
-    table = [[c / sum(row) for c in row[:-1]] for row in counts]  # the last count: not among the candidates
-    columns = [[r for r, c in enumerate(row) for _ in range(c)] for row in counts]
-    return table, _torch.tensor(list(_itertools.product(*columns)), dtype=_torch.long)
-
 
 for _counts in ([[3, 2, 1, 2], [2, 1, 1, 4], [1, 1, 0, 2]], [[5, 1, 2], [4, 3, 1], [2, 2, 4]]):
     _acc, _ranks = _product_ranks(_counts)
@@ -238,34 +266,6 @@ assert sorted(map(tuple, best_tree(_table, 2))) == [(0,), (0, 0)], "0.5 * 0.6 = 
 assert sorted(map(tuple, best_tree(_table, 3))) == [(0,), (0, 0), (1,)]
 ### BEGIN HIDDEN TESTS
 # %xmode Minimal
-import itertools as _itertools
-import random as _random
-
-from specbook.grading.own_work import assert_own_work
-
-
-def _ref_expected(tree, acceptance):
-    return sum(math.prod(acceptance[d][r] for d, r in enumerate(p)) for p in tree)
-
-
-def _ref_best_tree(acceptance, num_nodes):
-    value = lambda path: math.prod(acceptance[d][r] for d, r in enumerate(path))  # noqa: E731
-    chosen, frontier = [], [(r,) for r in range(len(acceptance[0]))]
-    while frontier and len(chosen) < num_nodes:
-        best = max(frontier, key=value)
-        frontier.remove(best)
-        chosen.append(list(best))
-        if len(best) < len(acceptance):
-            frontier += [best + (r,) for r in range(len(acceptance[len(best)]))]
-    return chosen
-
-
-def _random_table(rng, depth, ranks):
-    table = []
-    for _ in range(depth):
-        weights = [rng.random() for _ in range(ranks + 1)]
-        table.append([w / sum(weights) for w in weights[:ranks]])
-    return table
 
 
 def _valid_tree(tree, acceptance):
@@ -307,9 +307,8 @@ for _ in range(120):
 
 
 def _brute(acceptance, num_nodes):
-    nodes = [p for d in range(1, len(acceptance) + 1) for p in _itertools.product(range(len(acceptance[0])), repeat=d)]
     best = 0.0
-    for subset in _itertools.combinations(nodes, num_nodes):
+    for subset in _itertools.combinations(_ref_nodes(acceptance), num_nodes):
         if all(len(p) == 1 or p[:-1] in subset for p in subset):
             best = max(best, _ref_expected(subset, acceptance))
     return best
@@ -317,14 +316,10 @@ def _brute(acceptance, num_nodes):
 
 # specbook's best_choices searches trees on measured ranks; on ranks whose every combination appears as often as the
 # product of its depths' counts, its best tree is the best tree of the independence model.
-import torch as _torch
-
 from specbook.train.medusa import best_choices as _best_choices
 
 for _counts in ([[3, 2, 1, 2], [2, 1, 1, 4], [1, 1, 0, 2]], [[5, 1, 2], [4, 3, 1], [2, 2, 4]], [[2, 2, 1], [1, 0, 3]]):
-    _acc = [[c / sum(row) for c in row[:-1]] for row in _counts]
-    _columns = [[r for r, c in enumerate(row) for _ in range(c)] for row in _counts]
-    _ranks = _torch.tensor(list(_itertools.product(*_columns)), dtype=_torch.long)
+    _acc, _ranks = _product_ranks(_counts)
     for _n in (1, 2, 4, 7, 11):
         _library = _best_choices(_ranks, _n, top_s=len(_acc[0]))
         if len(_library) == _n:  # best_choices leaves out paths no position takes
@@ -386,36 +381,6 @@ assert abs(tree_speedup(1.5, 4, _flat, 0.0) - 2.5) < 1e-12, "free drafting and v
 assert abs(tree_speedup(0.0, 1, {1: 1.0, 2: 1.25}, 0.0) - 0.8) < 1e-12, "nothing accepted: one token for a pass of v(2)"
 ### BEGIN HIDDEN TESTS
 # %xmode Minimal
-import random as _random
-
-
-def _ref_expected(tree, acceptance):
-    return sum(math.prod(acceptance[d][r] for d, r in enumerate(p)) for p in tree)
-
-
-def _ref_best_tree(acceptance, num_nodes):
-    value = lambda path: math.prod(acceptance[d][r] for d, r in enumerate(path))  # noqa: E731
-    chosen, frontier = [], [(r,) for r in range(len(acceptance[0]))]
-    while frontier and len(chosen) < num_nodes:
-        best = max(frontier, key=value)
-        frontier.remove(best)
-        chosen.append(list(best))
-        if len(best) < len(acceptance):
-            frontier += [best + (r,) for r in range(len(acceptance[len(best)]))]
-    return chosen
-
-
-def _ref_speedup(accepted, num_nodes, verify_cost, draft_cost):
-    return (1 + accepted) / (draft_cost + verify_cost[num_nodes + 1])
-
-
-def _ref_budget(acceptance, verify_cost, draft_cost, budgets):
-    scores = {n: _ref_speedup(_ref_expected(_ref_best_tree(acceptance, n), acceptance), n, verify_cost, draft_cost)
-              for n in budgets}
-    best = max(scores, key=lambda n: (scores[n], -n))
-    return best, scores[best]
-
-
 _curve = {1: 1.0, 2: 1.05, 3: 1.1, 4: 1.3, 5: 1.32, 6: 1.6, 7: 1.62, 8: 1.9, 9: 2.4}
 for _args in ((0.0, 1, _curve, 0.1), (1.2, 3, _curve, 0.05), (2.5, 8, _curve, 0.0), (0.7, 5, _curve, 0.2)):
     assert abs(tree_speedup(*_args) - _ref_speedup(*_args)) < 1e-9, (
@@ -484,20 +449,6 @@ assert BEST_SPEEDUP >= FLAT_BUDGET_SPEEDUP - 1e-12, "the best budget on this cur
 assert ASSUMPTION in ASSUMPTION_OPTIONS, "ASSUMPTION must be one of ASSUMPTION_OPTIONS"
 ### BEGIN HIDDEN TESTS
 # %xmode Minimal
-def _ref_expected(tree, acceptance):
-    return sum(math.prod(acceptance[d][r] for d, r in enumerate(p)) for p in tree)
-
-
-def _ref_best_tree(acceptance, num_nodes):
-    value = lambda path: math.prod(acceptance[d][r] for d, r in enumerate(path))  # noqa: E731
-    chosen, frontier = [], [(r,) for r in range(len(acceptance[0]))]
-    while frontier and len(chosen) < num_nodes:
-        best = max(frontier, key=value)
-        frontier.remove(best)
-        chosen.append(list(best))
-        if len(best) < len(acceptance):
-            frontier += [best + (r,) for r in range(len(acceptance[len(best)]))]
-    return chosen
 
 
 def _answers(expected_fn, tree_fn, speedup_fn):
@@ -515,7 +466,7 @@ def _matches(answer):
             and abs(FLAT_BUDGET_SPEEDUP - answer[3]) < 1e-6)
 
 
-_reference = _answers(_ref_expected, _ref_best_tree, lambda a, n, v, c: (1 + a) / (c + v[n + 1]))
+_reference = _answers(_ref_expected, _ref_best_tree, _ref_speedup)
 # Your answers must be the reference's, or what your own functions give: a mistake in parts 1 to 3 has
 # already cost its points there, so it is not counted again here.
 try:
