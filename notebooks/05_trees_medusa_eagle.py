@@ -211,14 +211,8 @@ print(f"torch CPU capability {torch.backends.cpu.get_cpu_capability()}, CUDA bfl
       + ("bfloat16 curve (a 64-node pass is faster in bfloat16: native bfloat16 arithmetic)" if native
          else "float32 curve (bfloat16 is not faster here: no native bfloat16 arithmetic)"))
 
-fig = plots.new_figure(10.0, 3.6)
-ax_t, ax_v = fig.subplots(1, 2)
-plots.plot_curves(TREE_SIZES, {n: [1000 * s for s in cv["seconds"]] for n, cv in tree_curves.items()},
-                  "tree nodes n in one verify pass", "milliseconds", title="Time of one tree verify pass", ax=ax_t)
-plots.plot_curves(TREE_SIZES, {**{f"v(n), {n}": cv["v"] for n, cv in tree_curves.items()},
-                               "one pass (v = 1)": [1.0] * len(TREE_SIZES)},
-                  "tree nodes n in one verify pass", "time / time of n = 1", title="Tree verify cost", ax=ax_v)
-fig
+plots.plot_cost_curves(TREE_SIZES, tree_curves, "tree nodes n in one verify pass", what="one tree verify pass",
+                       flat_label="one pass (v = 1)")
 
 # %% [markdown]
 # At 64 nodes float32 does 32 flop per weight byte. Compare it with this
@@ -588,19 +582,12 @@ exercises.check("05.3", tree_budget, bigger_tree, tree_curves)
 
 # %% tags=["solution"]
 ### BEGIN SOLUTION
-c1 = 3
-c2 = "b"
-c3 = "b"
-c4 = "b"
-c5 = 64
+c1, c2, c3, c4, c5 = 3, "b", "b", "b", 64
 ### END SOLUTION
 
 # %%
-exercises.check("05.c1", c1)
-exercises.check("05.c2", c2)
-exercises.check("05.c3", c3)
-exercises.check("05.c4", c4)
-exercises.check("05.c5", c5)
+for key, answer in {"05.c1": c1, "05.c2": c2, "05.c3": c3, "05.c4": c4, "05.c5": c5}.items():
+    exercises.check(key, answer)
 
 # %% [markdown]
 # ## Checks: what this lesson taught

@@ -27,7 +27,7 @@ from .trace import Trace
 
 __all__ = [
     "LessonFigure", "new_figure", "figure_to_png", "plot_trace", "plot_laws", "plot_bias", "plot_emission", "plot_yield",
-    "plot_speedup", "plot_break_even", "plot_roofline", "plot_explorer", "plot_curves", "draw_tree",
+    "plot_speedup", "plot_break_even", "plot_roofline", "plot_explorer", "plot_curves", "plot_cost_curves", "draw_tree",
 ]
 
 
@@ -305,6 +305,20 @@ def plot_curves(x: Sequence[float], curves: Mapping[str, Sequence[float]], xlabe
     ax.legend(fontsize=8)
     return fig
 
+
+def plot_cost_curves(sizes: Sequence[int], curves: Mapping[str, Mapping], xlabel: str, *, what: str,
+                     flat_label: str = "v = 1") -> Figure:
+    """A measured verify-cost curve, side by side: milliseconds of one pass, and ``v(n)``, the same
+    times over the time of one position, with the flat line ``v = 1`` of a pass that costs nothing
+    extra.  ``curves`` maps a name (a dtype) to a curve of :func:`specbook.bench.timing.verify_cost_curve`
+    (its ``"seconds"`` and ``"v"``); ``what`` names one pass in the titles ("one forward")."""
+    fig = new_figure(10.0, 3.6)
+    ax_t, ax_v = fig.subplots(1, 2)
+    plot_curves(sizes, {name: [1000 * s for s in cv["seconds"]] for name, cv in curves.items()},
+                xlabel, "milliseconds", title=f"Time of {what}", ax=ax_t)
+    plot_curves(sizes, {**{f"v(n), {name}": cv["v"] for name, cv in curves.items()}, flat_label: [1.0] * len(sizes)},
+                xlabel, "time / time of n = 1", title=f"Verify cost of {what}", ax=ax_v)
+    return fig
 
 def draw_tree(parents: torch.Tensor, tokens: Sequence | None = None, context_length: int = 2,
               accepted: Sequence[int] | None = None, ax=None):
