@@ -18,7 +18,11 @@ into docs/ can be traced to the file committed beside it:
     report ran both engines;
 (c) the verify-cost curve v(n) = t(n) / t(1) per engine, at a few n (the cost of verifying
     n positions in one pass relative to one; Leviathan et al. 2023, sec. 3.4);
-(d) the draft sizes ``--gamma auto`` chose (``draft_sizes``).
+(d) the draft sizes ``--gamma auto`` chose (``draft_sizes``);
+(f) when the report ran another engine beside specbook (llama.cpp: ``engine_ratios``), per drafter
+    both ran: each engine's tokens/s, specbook's over the other's (median of per-prompt ratios, with
+    the lowest and highest), and on how many prompts the other's greedy tokens equal specbook's plain
+    ones (the others starting at a near tie, when the report says so).
 
 ``--repeats`` reads several reports of one command (the same settings, each written by its own
 run) and prints one table instead:
@@ -157,6 +161,22 @@ def draft_sizes_table(report: dict) -> str:
                           rows, "llr")
 
 
+def versus_table(report: dict) -> str:
+    """(f): specbook against each other engine (``engine_ratios``), per drafter both ran."""
+    overall = {(r["engine"], label(r)): r for r in report["overall"]}
+    rows = []
+    for v in report.get("engine_ratios") or []:
+        sb, other = overall.get(("specbook", v["drafter"])), overall.get((v["engine"], v["drafter"]))
+        same = v.get("identical_to_specbook_plain")
+        same = "-" if same is None else f"{same}/{v['prompts']}" + (" (others: near ties)"
+                                                                    if v.get("differences_are_near_ties") else "")
+        rows.append([f"{v['engine']} / {v['drafter']}", _num(sb and sb["tokens_per_s"], 1),
+                     _num(other and other["tokens_per_s"], 1),
+                     f"{v['specbook_over_engine_tokens_per_s_median']:.2f}x ({v['min']:.2f}-{v['max']:.2f})", same])
+    return markdown_table(["engine / drafter", "specbook tok/s", "its tok/s", "specbook / it (range)",
+                           "tokens = specbook plain"], rows, "lr")
+
+
 def throughput_caption(report: dict) -> str:
     if sum_read_only(report):
         roof = "fraction of the weight-streaming roofline at the rate of summing a large buffer"
@@ -173,6 +193,9 @@ def render(path: str | Path, report: dict) -> str:
         (throughput_table, throughput_caption(report)),
         (verify_cost_table, "Verify cost v(n): one pass over n new positions relative to one position"),
         (draft_sizes_table, "Draft sizes chosen by --gamma auto"),
+        (versus_table, "specbook against another engine, same drafter: tokens/s (median over prompts), specbook's "
+                       "over the other's (median of per-prompt ratios, lowest-highest), prompts whose greedy tokens "
+                       "equal specbook's plain decoding"),
     ]
     blocks = []
     for make, what in parts:

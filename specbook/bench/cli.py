@@ -8,6 +8,7 @@ run, because every speedup is relative to the same engine's plain decoding.
     python -m specbook bench                                   # 2 prompts per category, 64 tokens
     python -m specbook bench --limit 0 --json bench.json       # all 66 prompts
     python -m specbook bench --prompts mine.jsonl --drafters none,ngram --engines specbook
+    python -m specbook bench --engines specbook,transformers,llamacpp  # llama.cpp too, when llama_cpp is installed
     python -m specbook bench --ignore-eos --max-new-tokens 96  # fixed-length runs, past the end of the reply
     python -m specbook bench --dtype float32 --gamma 4         # a fixed dtype and draft length
     python -m specbook bench --json run.json --plot speedup.png  # the report and its chart
@@ -20,7 +21,8 @@ when there are several), with plain decoding as the line at 1.0 (:mod:`specbook.
 then accepts no flag of a run.
 
 Each reply stops right after its end-of-turn token (at most ``--max-new-tokens``), in every
-engine; ``--ignore-eos`` makes every run exactly ``--max-new-tokens`` long instead.
+engine; ``--ignore-eos`` makes every run exactly ``--max-new-tokens`` long instead.  ``llamacpp``
+(greedy only; :mod:`specbook.bench.llamacpp`) runs when ``llama_cpp`` is installed, else it is skipped.
 ``--dtype auto`` (default) is bfloat16 where the device multiplies it natively, else float32
 (:func:`specbook.models.auto_dtype`).  ``--gamma auto`` (default) sizes chains and trees from
 the verify-cost curve measured first and a short pilot of each drafter (:mod:`specbook.bench.sizing`).
@@ -43,7 +45,8 @@ JSON layout (``--json``)::
                "outputs_identical_to_autoregressive", "differences_are_near_ties",
                "output_ids_sha256": [...]}, ...],
      "overall": [...same fields over all categories...],
-     "engine_ratio": {...}, "verify_cost": {engine: {"n", "seconds", "v"}}, "per_prompt": [...]}
+     "engine_ratio": {...}, "engine_ratios": [{"engine", "drafter", "specbook_over_engine_tokens_per_s_median", ...}],
+     "verify_cost": {engine: {"n", "seconds", "v"}}, "skipped": [...], "per_prompt": [...]}
 
 Definitions: ``tokens_per_s`` = median over prompts of new tokens / seconds;
 ``tokens_per_s_total`` = new_tokens / seconds; ``tau`` = emitted tokens / target passes;
@@ -87,13 +90,13 @@ from ..sampling import SamplingParams
 from .engines import VERIFIERS, RunResult, SpecbookEngine, TransformersEngine
 from .arguments import check_device, check_json_path, parse_gamma, plot_path
 from .registry import DRAFTERS, get_drafter
-from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256
+from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256, versus_specbook
 from .sizing import size_chain, size_tree
 from .timing import add_roofline, matvec_read_bandwidth, memory_read_bandwidth, verify_cost_curve
 from .workloads import load_prompts, select
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
-ENGINES = ("specbook", "transformers")
+ENGINES = ("specbook", "transformers", "llamacpp")  # llamacpp: optional (specbook.bench.llamacpp)
 TREE_ROOM = 72  # cache slots past the text kept free for a verified tree (largest shipped tree: 64 nodes)
 CURVE_CONTEXT = 128  # cached tokens before the timed forward of the verify-cost curve
 CURVE_POSITIONS = 17  # n = 1..17 new positions
@@ -112,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--categories", help="comma-separated categories to keep (default: all)")
     p.add_argument("--limit", type=int, default=2, help="prompts per category, 0 = all (default 2)")
     p.add_argument("--drafters", default="none,ngram", help=f"comma-separated, from: {', '.join(DRAFTERS)}")
-    p.add_argument("--engines", default="specbook,transformers", help="comma-separated: specbook,transformers")
+    p.add_argument("--engines", default="specbook,transformers", help="comma-separated: specbook,transformers,llamacpp")
     p.add_argument("--max-new-tokens", type=int, default=64, help="at most this many new tokens per reply (default 64)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="do not stop at the end-of-turn token: every run makes exactly --max-new-tokens tokens "
@@ -266,7 +269,7 @@ def run_bench(args) -> dict:
                             "dtype": dtype_name(dtype), "gamma": None if tree_of(d) or d == "none" else gamma_of(d),
                             "tree_budget": tree_of(d), "prompt_tokens": len(ids), "new_tokens": len(res.new_ids),
                             "seconds": res.seconds, "passes": res.passes, "emitted": res.emitted,
-                            "proposed": res.proposed, "accepted": res.accepted, **_counters(res),
+                            "proposed": res.proposed, "accepted": res.accepted, **res.counters(),
                             "sha256": ids_sha256(res.new_ids)})
             outputs[(engine.name, d, verifier, prompt.id)] = res.new_ids
             bar.update(1)
@@ -276,8 +279,10 @@ def run_bench(args) -> dict:
     roofline = add_roofline(records, model, statistics.mean(bandwidth), statistics.mean(sum_read))
     roofline["bandwidth_samples_bytes_per_s"] = [round(b) for b in bandwidth]
     roofline["sum_read_bandwidth_samples_bytes_per_s"] = [round(b) for b in sum_read]
+    by_id = dict(zip((p.id for p in prompts), prompt_ids))
     if params.greedy:
-        explain_differences(model, records, outputs, dict(zip((p.id for p in prompts), prompt_ids)))
+        explain_differences(model, records, outputs, by_id)
+    versus = versus_specbook(records, params.greedy, model, outputs, by_id)
 
     if args.curve_reps and hf is not None:
         curves["transformers"] = verify_cost_curve(hf, context, CURVE_POSITIONS, args.curve_reps)
@@ -293,14 +298,7 @@ def run_bench(args) -> dict:
                          "eos_token_id": eos, "command": "python -m specbook bench " + " ".join(args.argv)},
             "roofline": roofline, "draft_sizes": {d: z.as_json() for d, z in sizes.items()},
             "runs": runs, "overall": overall, "skipped": skipped, "engine_ratio": engine_ratio(records, params.greedy),
-            "verify_cost": curves, "per_prompt": records}
-
-
-def _counters(res: RunResult) -> dict:
-    """A record's per-depth counters (None when unknown), summed into a row's engine_metrics by results.acceptance."""
-    s = res.stats
-    return {"position_proposed": None if s is None else list(s.position_proposed),
-            "position_accepted": None if s is None else list(s.position_accepted)}
+            "engine_ratios": versus, "verify_cost": curves, "per_prompt": records}
 
 
 def _combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of):
@@ -329,6 +327,11 @@ def _combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree
                 skipped.append({"engine": "transformers", "drafter": d, "reason": "no transformers equivalent"})
             else:
                 combos.append((tf, d, kwargs, None if d == "none" else "token"))
+    if "llamacpp" in engines:
+        from .llamacpp import llamacpp_combos
+
+        more, why = llamacpp_combos(drafters, dtype, sb.target.max_length, gamma_of, args.temperature == 0)
+        combos, skipped = combos + more, skipped + why
     return combos, skipped, hf
 
 
@@ -372,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"bench: error: {err}", file=sys.stderr)
         return 2
-    print(format_table(result["runs"], result["overall"], result["engine_ratio"], result["verify_cost"]))
+    print(format_table(result["runs"], result["overall"], result["engine_ratio"], result["verify_cost"],
+                       result["engine_ratios"]))
     for r in result["per_prompt"]:
         if "divergence" in r:
             print(f"{r['engine']}/{r['drafter']} on {r['id']}: {r['divergence']['description']}")

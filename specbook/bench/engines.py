@@ -1,4 +1,5 @@
-"""The two engines the benchmark runs every drafter on, and what one run cost.
+"""The two engines the benchmark runs every drafter on, and what one run cost (the optional third,
+llama.cpp, is :mod:`specbook.bench.llamacpp`).
 
 Shape legend: T prompt length, N new tokens.
 
@@ -56,6 +57,13 @@ class RunResult:
     verified: int | None = None  # drafts actually tested (up to the first rejection); None if unknown
     stats: DecodeStats | None = None  # the counters engine_metrics reads; None when they could not be rebuilt
     verified_by: str | None = None  # "greedy", "token", "block", "tree"; None when nothing was drafted
+
+    def counters(self) -> dict:
+        """The per-depth counters of a bench record (None when unknown), summed into a row's
+        engine_metrics by :func:`specbook.bench.results.acceptance`."""
+        s = self.stats
+        return {"position_proposed": None if s is None else list(s.position_proposed),
+                "position_accepted": None if s is None else list(s.position_accepted)}
 
 
 class SpecbookEngine:
@@ -141,14 +149,22 @@ class TransformersEngine:
         elif len(new) != max_new_tokens:
             raise RuntimeError(f"transformers generated {len(new)} tokens without an end token, expected "
                                f"{max_new_tokens}")
-        stats = stats_from_calls(prompt_ids, calls, new)
-        if stats is not None:
-            return RunResult(new, seconds, len(calls), stats.emitted, stats.proposed, stats.accepted, stats.verified,
-                             stats, verified_by(stats, params, "token"))
-        widths = [len(c) for c in calls]
-        proposed = (widths[0] - len(prompt_ids)) + sum(w - 1 for w in widths[1:]) if generate_kwargs else 0
-        return RunResult(new, seconds, len(widths), len(new), proposed, len(new) - len(widths),
-                         verified_by=None if not proposed else "greedy" if params.greedy else "token")
+        return result_from_calls(prompt_ids, calls, new, seconds, params, drafted=bool(generate_kwargs))
+
+
+def result_from_calls(prompt_ids: list[int], calls: list[list[int]], new: list[int], seconds: float,
+                      params: SamplingParams, drafted: bool) -> RunResult:
+    """The :class:`RunResult` of an engine whose target passes were recorded as the ids fed to each
+    (:func:`stats_from_calls`); when they do not explain ``new``, the totals only (``stats`` None).
+    ``drafted``: whether the run had a drafter (else nothing fed past the prompt is a draft)."""
+    stats = stats_from_calls(prompt_ids, calls, new)
+    if stats is not None:
+        return RunResult(new, seconds, len(calls), stats.emitted, stats.proposed, stats.accepted, stats.verified,
+                         stats, verified_by(stats, params, "token"))
+    widths = [len(c) for c in calls]
+    proposed = (widths[0] - len(prompt_ids)) + sum(w - 1 for w in widths[1:]) if drafted else 0
+    return RunResult(new, seconds, len(widths), len(new), proposed, len(new) - len(widths),
+                     verified_by=None if not proposed else "greedy" if params.greedy else "token")
 
 
 def verified_by(stats: DecodeStats, params: SamplingParams, rule: str) -> str | None:

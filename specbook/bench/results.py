@@ -147,7 +147,45 @@ def engine_ratio(records: list[dict], greedy: bool = True) -> dict | None:
             "identical_plain_outputs": same}
 
 
-def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curves: dict) -> str:
+def versus_specbook(records: list[dict], greedy: bool, model=None, outputs: dict | None = None,
+                    prompt_ids: dict | None = None) -> list[dict]:
+    """Every other engine but transformers (kept in :func:`engine_ratio`) against specbook, per drafter
+    both ran: the median, lowest and highest of per-prompt specbook tokens/s over that engine's tokens/s,
+    side by side.  Greedy runs also count the prompts whose output equals specbook's plain output (the
+    reference every greedy run must repeat) and, given ``model``, give each other record a
+    ``divergence_vs_specbook`` (first differing token, near tie or not: ``explain_divergence``)."""
+    sb = {(r["drafter"], r["id"]): r for r in records if r["engine"] == "specbook"}
+    out = []
+    for (engine, drafter) in dict.fromkeys((r["engine"], r["drafter"]) for r in records):
+        if engine in ("specbook", "transformers"):
+            continue
+        pairs = [(sb[(drafter, r["id"])], r) for r in records
+                 if r["engine"] == engine and r["drafter"] == drafter and (drafter, r["id"]) in sb]
+        if not pairs:
+            continue
+        ratios = [(a["new_tokens"] / a["seconds"]) / (b["new_tokens"] / b["seconds"]) for a, b in pairs]
+        row = {"engine": engine, "drafter": drafter, "specbook_over_engine_tokens_per_s_median":
+               round(statistics.median(ratios), 4), "min": round(min(ratios), 4), "max": round(max(ratios), 4),
+               "prompts": len(pairs), "identical_to_specbook_plain": None, "differences_are_near_ties": None}
+        if greedy:
+            plain = {r["id"]: r for r in records if r["engine"] == "specbook" and r["drafter"] == "none"}
+            differing = [b for _, b in pairs if b["id"] in plain and plain[b["id"]]["sha256"] != b["sha256"]]
+            row["identical_to_specbook_plain"] = sum(b["id"] in plain for _, b in pairs) - len(differing)
+            if model is not None:
+                for b in differing:
+                    d = explain_divergence(model, prompt_ids[b["id"]], outputs[("specbook", "none", None, b["id"])],
+                                           outputs[(engine, drafter, b.get("verifier"), b["id"])])
+                    if d is not None:
+                        b["divergence_vs_specbook"] = {"position": d.position, "gap": d.gap, "spread": d.spread,
+                                                       "near_tie": d.is_tie, "description": d.describe()}
+                row["differences_are_near_ties"] = (all(b.get("divergence_vs_specbook", {}).get("near_tie")
+                                                        for b in differing) if differing else None)
+        out.append(row)
+    return out
+
+
+def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curves: dict,
+                 versus: list[dict] | None = None) -> str:
     w = max([10] + [len(label(r)) + 2 for r in runs + overall])
     head = (f"{'engine':<13}{'drafter':<{w}}{'category':<17}{'n':>3}{'tok/s':>8}{'roof':>6}{'tau':>7}{'eff':>7}"
             f"{'speedup':>9}  same")
@@ -167,6 +205,13 @@ def format_table(runs: list[dict], overall: list[dict], ratio: dict | None, curv
                      f"(range {ratio['min']:.2f}-{ratio['max']:.2f})"
                      + ("" if ratio["identical_plain_outputs"] is None else
                         f"; identical outputs on {ratio['identical_plain_outputs']}/{ratio['prompts']} prompts"))
+    for v in versus or ():
+        same = v["identical_to_specbook_plain"]
+        lines.append(f"{v['drafter']}, specbook / {v['engine']} tokens/s (median of {v['prompts']} prompts): "
+                     f"{v['specbook_over_engine_tokens_per_s_median']:.2f} (range {v['min']:.2f}-{v['max']:.2f})"
+                     + ("" if same is None else f"; {v['engine']}'s output equals specbook's plain on {same}/"
+                        f"{v['prompts']} prompts" + (", the others from a near tie" if v["differences_are_near_ties"]
+                                                      else "")))
     for engine, c in curves.items():
         v = c["v"]
         pick = [n for n in (2, 3, 5, 9, 17) if n <= len(v)]

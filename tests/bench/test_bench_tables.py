@@ -129,6 +129,27 @@ def test_block_verification_rows_are_a_drafter_of_their_own(tmp_path, capsys):
     assert speedup["specbook / ngram"][-1] == "1.64x (1.51)" and speedup["specbook / ngram [block]"][-1] == "1.64x (2.01)"
 
 
+def test_another_engine_gets_a_table_of_its_own(tmp_path, capsys):
+    """(f): a report that ran llama.cpp beside specbook: both tokens/s, the ratio and its range, equal tokens."""
+    report = _report()
+    llama = {"none": (150.0, 1.0), "ngram": (120.0, 0.8)}
+    for drafter, (tok_s, speedup) in llama.items():
+        report["overall"].append({"engine": "llamacpp", "drafter": drafter, "category": "all", "tokens_per_s": tok_s,
+                                  "tau": 1.0, "speedup_vs_autoregressive": speedup, "roofline_fraction": 0.8})
+    report["engine_ratios"] = [
+        {"engine": "llamacpp", "drafter": "none", "specbook_over_engine_tokens_per_s_median": 0.4133, "min": 0.39,
+         "max": 0.45, "prompts": 2, "identical_to_specbook_plain": 1, "differences_are_near_ties": True},
+        {"engine": "llamacpp", "drafter": "ngram", "specbook_over_engine_tokens_per_s_median": 0.81, "min": 0.7,
+         "max": 0.9, "prompts": 2, "identical_to_specbook_plain": 2, "differences_are_near_ties": None}]
+    _, out = _run(tmp_path, capsys, report)
+    assert out.count("*specbook against another engine") == 1
+    assert md_tables(out)[-1] == [["llamacpp / none", "62.4", "150.0", "0.41x (0.39-0.45)", "1/2 (others: near ties)"],
+                                  ["llamacpp / ngram", "96.5", "120.0", "0.81x (0.70-0.90)", "2/2"]]
+    report.pop("engine_ratios")
+    _, out = _run(tmp_path, capsys, report)
+    assert "another engine" not in out
+
+
 @pytest.mark.parametrize("content", [
     {"rows": []},                                           # some other JSON object
     [1, 2, 3],                                              # not an object

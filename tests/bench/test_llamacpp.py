@@ -1,11 +1,17 @@
-"""The GGUF copy of SmolLM2's weights that llama.cpp reads: metadata kept, values dequantized as specbook's cache."""
+"""llama.cpp as the bench's third engine: the GGUF copy of the weights, the skip without llama_cpp,
+the comparison with specbook, and (only where llama_cpp is installed) greedy tokens equal to specbook's."""
 from __future__ import annotations
+
+import sys
+import types
 
 import numpy as np
 import pytest
 import torch
 
-from specbook.bench import gguf_export
+from specbook.bench import cli as bench
+from specbook.bench import gguf_export, llamacpp
+from specbook.bench.results import format_table, versus_specbook
 from specbook.models import smollm2
 
 gguf = pytest.importorskip("gguf")
@@ -128,3 +134,97 @@ def test_the_cached_copy_holds_the_values_specbook_loads():
                 assert not torch.equal(got, ref) and torch.equal(got.flatten().sort().values, ref.flatten().sort().values)
             else:
                 assert torch.equal(got, ref), g
+
+
+# ---------------------------------------------------------------- without llama_cpp
+
+def no_llama_cpp(monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)  # `import llama_cpp` now raises ImportError
+    monkeypatch.setitem(sys.modules, "llama_cpp.llama_speculative", None)
+
+
+def test_without_llama_cpp_the_engine_is_skipped_with_one_reason(monkeypatch):
+    no_llama_cpp(monkeypatch)
+    module, why = llamacpp.import_llama_cpp()
+    assert module is None and "llama_cpp is not importable" in why and "pip install llama-cpp-python" in why
+    assert "\n" not in why
+    combos, skipped = llamacpp.llamacpp_combos(["none", "ngram"], torch.float32, 64, lambda d: 4, greedy=True)
+    assert combos == [] and skipped == [{"engine": "llamacpp", "drafter": "none,ngram", "reason": why}]
+    with pytest.raises(ImportError, match="llama-cpp-python"):
+        llamacpp.LlamaCppEngine("x.gguf", torch.float32, 64, 1)
+    args = types.SimpleNamespace(device="cpu", temperature=0.0)
+    sb = types.SimpleNamespace(target=types.SimpleNamespace(max_length=64))
+    combos, skipped, hf = bench._combos(args, ["llamacpp"], ["none"], sb, None, None, torch.float32,
+                                        lambda d: 4, lambda d: None)
+    assert (combos, hf) == ([], None) and skipped[0]["reason"] == why
+
+
+def test_the_bench_accepts_the_engine_name():
+    args = bench.parse_args(["--engines", "specbook,llamacpp", "--drafters", "ngram"])
+    args.argv = []
+    _, engines, _ = bench._settings(args)
+    assert engines == ["specbook", "llamacpp"]
+
+
+def test_sampling_skips_the_engine():
+    combos, skipped = llamacpp.llamacpp_combos(["none"], torch.float32, 64, lambda d: 4, greedy=False)
+    installed = llamacpp.import_llama_cpp()[0] is not None
+    assert combos == [] and skipped[0]["reason"].startswith("greedy only" if installed else "llama_cpp is not")
+
+
+# ---------------------------------------------------------------- specbook over another engine (records only)
+
+def record(engine, drafter, pid, seconds, sha, new=10, verifier=None):
+    return {"engine": engine, "drafter": drafter, "verifier": verifier, "id": pid, "seconds": seconds,
+            "new_tokens": new, "sha256": sha}
+
+
+def test_versus_specbook_is_a_median_of_side_by_side_ratios():
+    records = [record("specbook", "none", "p0", 1.0, "a"), record("specbook", "none", "p1", 1.0, "b"),
+               record("specbook", "ngram", "p0", 0.5, "a", verifier="token"),
+               record("specbook", "ngram", "p1", 0.5, "b", verifier="token"),
+               record("llamacpp", "none", "p0", 0.5, "a"), record("llamacpp", "none", "p1", 0.25, "x"),
+               record("llamacpp", "ngram", "p0", 1.0, "a", verifier="token"),
+               record("transformers", "none", "p0", 2.0, "a")]
+    rows = versus_specbook(records, greedy=True)
+    assert [(r["engine"], r["drafter"]) for r in rows] == [("llamacpp", "none"), ("llamacpp", "ngram")]
+    plain, lookup = rows
+    assert plain["specbook_over_engine_tokens_per_s_median"] == pytest.approx(0.375)  # median of 0.5, 0.25
+    assert (plain["min"], plain["max"], plain["prompts"], plain["identical_to_specbook_plain"]) == (0.25, 0.5, 2, 1)
+    assert lookup["specbook_over_engine_tokens_per_s_median"] == 2.0 and lookup["identical_to_specbook_plain"] == 1
+    assert versus_specbook(records, greedy=False)[0]["identical_to_specbook_plain"] is None
+    text = format_table([], [], None, {}, rows)
+    assert "none, specbook / llamacpp tokens/s (median of 2 prompts): 0.38 (range 0.25-0.50)" in text
+    assert "equals specbook's plain on 1/2 prompts" in text
+
+
+# ---------------------------------------------------------------- with llama_cpp (skipped where it is not installed)
+
+def test_llama_cpp_greedy_tokens_equal_specbooks_float32_tokens():
+    if llamacpp.import_llama_cpp()[0] is None:
+        pytest.skip("llama_cpp is not installed (pip install llama-cpp-python)")
+    if not smollm2.is_fetched():
+        pytest.skip("SmolLM2 is not in the cache (python -m specbook.models.smollm2)")
+    from specbook.bench.crosscheck import explain_divergence
+    from specbook.decode import generate
+    from specbook.models import LlamaTarget
+    from specbook.models.chat import chat_ids
+    from specbook.sampling import GREEDY
+
+    model, tokenizer = smollm2.load_smollm2(dtype=torch.float32)
+    ids = chat_ids(tokenizer, "Repeat after me: the cat sat on the mat. The cat sat on the mat.")
+    n = 16
+    ref = generate(LlamaTarget(model, max_length=len(ids) + n + 8), torch.tensor([ids]), n,
+                   params=GREEDY).new_tokens[0].tolist()
+    path = gguf_export.smollm2_gguf(torch.float32)
+    for lookup in (None, (3, 4)):
+        engine = llamacpp.LlamaCppEngine(path, torch.float32, len(ids) + n + 8, torch.get_num_threads(), lookup)
+        res = engine.run(ids, None, GREEDY, n, 4)
+        engine.close()
+        assert len(res.new_ids) == n and res.passes >= 1 and res.seconds > 0
+        if lookup is None:
+            assert res.proposed == 0 and res.passes == n
+        else:
+            assert res.stats is not None and res.accepted > 0  # the prompt repeats itself: lookup finds drafts
+        d = explain_divergence(model, ids, ref, res.new_ids)
+        assert d is None or d.is_tie, d.describe()
