@@ -380,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     for r in result["per_prompt"]:
         if "divergence" in r:
             print(f"{r['engine']}/{r['drafter']} on {r['id']}: {r['divergence']['description']}")
+        if "divergence_vs_specbook" in r:
+            d = r["divergence_vs_specbook"]["description"]
+            print(f"{r['engine']}/{r['drafter']} on {r['id']}, against specbook's plain: {d}")
     if result["skipped"]:
         print("skipped: " + "; ".join(f"{s['engine']}/{s['drafter']} ({s['reason']})" for s in result["skipped"]))
     if args.json_path:
