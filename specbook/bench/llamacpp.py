@@ -41,7 +41,7 @@ from .engines import RunResult, result_from_calls
 from .gguf_export import smollm2_gguf
 
 NAME = "llamacpp"
-INSTALL = "pip install llama-cpp-python"
+INSTALL = "pip install llama-cpp-python (specbook's llamacpp extra)"
 PROMPT_LOOKUP = {"ngram": 3}  # specbook drafter -> the max_ngram_size of the binding's prompt lookup
 GGML_TYPES = {torch.float32: 0, torch.bfloat16: 30}  # ggml's GGML_TYPE_F32, GGML_TYPE_BF16 (the KV cache)
 
