@@ -326,7 +326,7 @@ for _counts in ([[3, 2, 1, 2], [2, 1, 1, 4], [1, 1, 0, 2]], [[5, 1, 2], [4, 3, 1
             assert abs(_ref_expected(_library, _acc) - _ref_expected(_ref_best_tree(_acc, _n), _acc)) < 1e-9, (
                 "the course's reference disagrees with specbook's best_choices")
         _check(_acc, _n, "compare your tree's value with what the best tree of this size keeps")
-for _ in range(10):  # the reference itself against every tree of small tables
+for _ in range(10):  # your tree against the best of every tree of small tables (brute force)
     _acc = _random_table(_rng, 3, 2)
     _n = _rng.randint(1, 5)
     assert abs(_ref_expected(best_tree(_acc, _n), _acc) - _brute(_acc, _n)) < 1e-12, (
