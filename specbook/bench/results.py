@@ -155,6 +155,7 @@ def versus_specbook(records: list[dict], greedy: bool, model=None, outputs: dict
     reference every greedy run must repeat) and, given ``model``, give each other record a
     ``divergence_vs_specbook`` (first differing token, near tie or not: ``explain_divergence``)."""
     sb = {(r["drafter"], r["id"]): r for r in records if r["engine"] == "specbook"}
+    plain = {i: r for (d, i), r in sb.items() if d == "none"}  # specbook's plain output of each prompt
     out = []
     for (engine, drafter) in dict.fromkeys((r["engine"], r["drafter"]) for r in records):
         if engine in ("specbook", "transformers"):
@@ -168,7 +169,6 @@ def versus_specbook(records: list[dict], greedy: bool, model=None, outputs: dict
                round(statistics.median(ratios), 4), "min": round(min(ratios), 4), "max": round(max(ratios), 4),
                "prompts": len(pairs), "identical_to_specbook_plain": None, "differences_are_near_ties": None}
         if greedy:
-            plain = {r["id"]: r for r in records if r["engine"] == "specbook" and r["drafter"] == "none"}
             differing = [b for _, b in pairs if b["id"] in plain and plain[b["id"]]["sha256"] != b["sha256"]]
             row["identical_to_specbook_plain"] = sum(b["id"] in plain for _, b in pairs) - len(differing)
             if model is not None:
