@@ -18,6 +18,10 @@ chat                an open question with no source text
 math                an arithmetic word problem, solved step by step
 ==================  ==============================================================
 
+``specbook/data/heldout_prompts.jsonl`` (:data:`HELDOUT_PROMPTS`) holds 18 more, three per category,
+written after the benchmark's and the batch scheduler's settings were chosen: pass it as
+``--prompts`` to see those settings on text they were not tuned on.
+
 A user's own file has the same format: one JSON object per line with ``id``,
 ``category`` and ``prompt`` (the user turn; the tokenizer's chat template is applied).
 """
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..train.prompts import BENCHMARK_PROMPTS as BUILTIN_PROMPTS
+HELDOUT_PROMPTS = BUILTIN_PROMPTS.with_name("heldout_prompts.jsonl")
 CATEGORIES = ("code_edit", "summarize_quote", "rag_qa", "json_extract", "chat", "math")
 
 

@@ -12,7 +12,7 @@ import torch
 
 from specbook import theory
 from specbook.bench import batch as batch_cmd
-from specbook.bench.batch_calibration import LoopCosts, PinnedGamma, measure_loop_costs, straight
+from specbook.bench.batch_calibration import LoopCosts, PinnedGamma, full_passes, measure_loop_costs, straight
 from specbook.bench.batch_costs import (adaptive_vs_best, crossovers, measured_hardware, roofline_crossover,
                                         roofline_speedup)
 from specbook.bench.batch_runs import PrefillOnce, Run, StepLog, side_by_side
@@ -235,6 +235,32 @@ def test_loop_step_costs_replace_the_forward_ratios():
     for bad in ({}, {0: (1.1,)}, {1: ()}, {1: (1.1, -0.2)}):
         with pytest.raises(ValueError, match="step_cost"):
             LoopCosts(FLAT, step_cost=bad)
+
+
+def test_a_gamma_is_priced_by_the_passes_that_verified_it():
+    """A pinned run's passes where rows had left or lookup drafted fewer tokens are not a step at its gamma."""
+    run = Run.__new__(Run)  # only the log and the pass times are read
+    run.log = StepLog(None)
+    run.log.steps = [((0, 1, 2), [0] * 3, [1] * 3, 4),  # the prefill's pass: always left out
+                     ((0, 1, 2), [0] * 3, [1] * 3, 4), ((0, 1, 2), [0] * 3, [1] * 3, 0),
+                     ((0, 2), [0] * 2, [1] * 2, 4), ((0, 1, 2), [0] * 3, [1] * 3, 4)]
+    run.passes = [9.0, 2.0, 1.0, 1.5, 2.2]
+    assert full_passes(run, 3, 4) == [2.0, 2.2]  # 3 rows, 4 drafts each
+    assert full_passes(run, 3, 2) == [2.0, 1.0, 2.2]  # no pass drafted 2: every pass with all 3 rows
+    assert full_passes(run, 5, 4) == [2.0, 1.0, 1.5, 2.2]  # none with 5 rows: every pass but the first
+    run.passes = run.passes[:1]
+    run.log.steps = run.log.steps[:1]
+    with pytest.raises(ValueError, match="two passes"):
+        full_passes(run, 3, 4)
+
+
+def test_the_batch_policy_adds_a_margin_only_to_forward_timed_costs():
+    """Loop-timed costs already hold the loop's per-row work; the forwards' do not."""
+    from types import SimpleNamespace
+
+    args = SimpleNamespace(max_new_tokens=32)
+    assert batch_cmd.batch_policy(BatchCosts(FLAT), args).margin == 0.2
+    assert batch_cmd.batch_policy(LoopCosts(FLAT, step_cost={1: (1.1,)}), args).margin == 0.0
 
 
 def test_straight_pools_the_gammas_timings():

@@ -13,7 +13,7 @@ import torch
 from specbook.bench import cli as bench
 from specbook.bench.registry import DRAFTERS, get_drafter, register_drafter
 from specbook.bench.timing import verify_cost_curve
-from specbook.bench.workloads import CATEGORIES, BenchPrompt, load_prompts, select
+from specbook.bench.workloads import CATEGORIES, HELDOUT_PROMPTS, BenchPrompt, load_prompts, select
 from specbook.models.chat import chat_ids
 
 
@@ -30,6 +30,20 @@ def test_builtin_prompts_cover_six_categories():
     for p in prompts:
         if p.category in ("code_edit", "summarize_quote", "rag_qa", "json_extract"):
             assert len(p.prompt) > 150, p.id
+
+
+def test_heldout_prompts_are_new_text_in_the_same_six_categories():
+    held, builtin = load_prompts(HELDOUT_PROMPTS), load_prompts()
+    assert {c: sum(p.category == c for p in held) for c in CATEGORIES} == {c: 3 for c in CATEGORIES}
+    assert not {p.id for p in held} & {p.id for p in builtin}
+
+    def stretches(text, n=60):
+        return {text[i : i + n] for i in range(max(len(text) - n + 1, 1))}
+
+    seen = set().union(*(stretches(p.prompt) for p in builtin))
+    shared = [p.id for p in held if stretches(p.prompt) & seen]
+    assert shared == [], f"held-out prompts sharing a 60-character stretch with the built-in set: {shared}"
+    assert stretches(builtin[0].prompt) & seen  # the check can fail
 
 
 def test_load_prompts_rejects_bad_lines(tmp_path):
