@@ -8,8 +8,9 @@ samples, accepts, moves caches and drafts row by row in Python: work that is the
 gamma and so dilutes those ratios (measured on a 2-core CPU, SmolLM2-135M with its draft model at
 batch 1: gamma 3 priced 2.02 plain steps from the forwards, 1.53 in the loop).  So the command
 times the loop itself: one policy pinned to each gamma 0..G (:class:`PinnedGamma`), the G + 1
-runs stepped side by side (:func:`measure_loop_costs`), a line fitted through the ratios
-(:func:`straight`), and the policy's steps priced with it (:class:`LoopCosts`, :func:`loop_priced`).
+runs stepped side by side (:func:`measure_loop_costs`), a line fitted through every pass's drafts
+and seconds (:func:`per_draft`), and the policy's steps priced with it (:class:`LoopCosts`,
+:func:`loop_priced`).
 """
 from __future__ import annotations
 
@@ -64,17 +65,23 @@ class LoopCosts(BatchCosts):
 def measure_loop_costs(targets: list, pinned: dict, batches: dict, *, max_new_tokens: int, seed: int,
                        params: SamplingParams, eos: int | None = None, new_tokens: int = 16, rounds: int = 3,
                        progress: bool = False) -> dict:
-    """{drafter: {"step": {B: [T_B(1) / T_B(0), ..., T_B(G) / T_B(0)]} (fitted with :func:`straight`),
-    "step_raw": {B: the same ratios as timed}, "seconds": {B: T_B(0)}}}.
+    """{drafter: {"step": {B: [T_B(1) / T_B(0), ..., T_B(G) / T_B(0)]}, "step_raw": {B: the same ratios
+    read off the passes that drafted exactly g tokens (None where none did)}, "seconds": {B: T_B(0)},
+    "fitted": {B: whether a line could be fitted}}}.
 
     ``pinned``: {drafter: [PinnedGamma at 0, ..., at G]}, each with its own drafter instance;
     ``targets``: at least G + 1 targets (caches) of the model.  T_B(g) is one step of the real decode
-    loop, drafter and policy included, drafting g tokens at every step on the batch's B prompts.  The
-    G + 1 runs are stepped side by side (:func:`side_by_side`, in a rotated order each round), so a
-    slow spell of the machine lands on all of them; a step is the median of a run's passes that verified
-    all B rows with g drafts each (:func:`full_passes`; the first pass, which pays a model drafter's
-    catch-up on the prompt, excluded), and T_B(g) / T_B(0) is the median
-    over ``rounds`` rounds of the ratio within a round."""
+    loop, drafter and policy included, verifying g drafts for each of the batch's B prompts.  The G + 1
+    runs are stepped side by side (:func:`side_by_side`, in a rotated order each round), so a slow
+    spell of the machine lands on all of them.  A pinned run does not draft its gamma at every pass
+    (prompt lookup drafts nothing where no row finds a match; rows that end leave the batch), so each
+    pass is priced by what it verified: every pass of every run with all B rows (:func:`full_passes`;
+    the first, which pays a model drafter's catch-up on the prompt, excluded) is a point (K, seconds),
+    a line is fitted through them (:func:`per_draft`), and T_B(g) / T_B(0) = 1 + g b / a with the
+    median of b / a over ``rounds`` rounds.  (The median of all passes of the run pinned to g, used
+    before, priced gamma 4 at batch 8 at 1.30 plain steps on prompts the scheduler was never tuned on,
+    where the passes that verified 8 x 5 positions cost 1.83.)  Where no round has passes of two
+    draft lengths, the ratios of the runs' medians stand in, fitted with :func:`straight`."""
     new_tokens = min(new_tokens, max_new_tokens)
     size = max(len(p) for p in pinned.values())
     if len(targets) < size:
@@ -87,9 +94,9 @@ def measure_loop_costs(targets: list, pinned: dict, batches: dict, *, max_new_to
         if [p.gamma for p in policies] != gammas:
             raise ValueError(f"pinned[{d!r}] must hold one PinnedGamma per gamma 0..{len(policies) - 1} in order, "
                              f"got gammas {[p.gamma for p in policies]}")
-        out[d] = {"step": {}, "step_raw": {}, "seconds": {}}
+        out[d] = {"step": {}, "step_raw": {}, "seconds": {}, "fitted": {}}
         for B, batch in batches.items():
-            steps: dict = {g: [] for g in gammas}
+            lines, medians, points = [], {g: [] for g in gammas}, []
             for r in range(rounds):
                 runs = {g: Run(targets[g], policies[g], batch, max_new_tokens=new_tokens, gamma=gammas[-1], seed=seed,
                                params=params, eos=eos) for g in gammas}
@@ -97,32 +104,45 @@ def measure_loop_costs(targets: list, pinned: dict, batches: dict, *, max_new_to
                 if any(len(run.passes) < 2 for run in runs.values()):
                     raise ValueError(f"too few steps to time the loop at batch {B}: raise --max-new-tokens "
                                      f"(got {max_new_tokens})")
+                timed = [p for run in runs.values() for p in full_passes(run, len(batch))]
+                points += timed
+                lines.append(per_draft(timed))
                 for g, run in runs.items():
-                    steps[g].append(statistics.median(full_passes(run, len(batch), g)))
+                    medians[g].append(statistics.median(run.passes[1:]))
                 bar.update(1)
-            out[d]["seconds"][B] = statistics.median(steps[0])
-            out[d]["step_raw"][B] = [statistics.median(a / b for a, b in zip(steps[g], steps[0])) for g in gammas[1:]]
-            out[d]["step"][B] = straight(out[d]["step_raw"][B])
+            fits = [(a, b) for a, b in filter(None, lines) if a > 0]
+            by_k = {k: statistics.median(s for kk, s in points if kk == k) for k in {k for k, _ in points}}
+            out[d]["step_raw"][B] = [by_k[g] / by_k[0] if g in by_k and 0 in by_k else None for g in gammas[1:]]
+            out[d]["fitted"][B] = bool(fits)
+            if fits:
+                slope = statistics.median(max(b, 0.0) / a for a, b in fits)
+                out[d]["seconds"][B] = statistics.median(a for a, _ in fits)
+                out[d]["step"][B] = [max(1.0 + slope * g, 1.0) for g in gammas[1:]]
+            else:
+                out[d]["seconds"][B] = statistics.median(medians[0])
+                out[d]["step"][B] = straight([statistics.median(a / b for a, b in zip(medians[g], medians[0]))
+                                              for g in gammas[1:]])
     bar.close()
     return out
 
 
-def full_passes(run: Run, batch: int, gamma: int) -> list[float]:
-    """The seconds of ``run``'s passes that verified what a step at ``gamma`` verifies: every one of the
-    ``batch`` rows, with ``gamma`` drafts each (K = gamma), the first pass (the prefill's) left out.
+def full_passes(run: Run, batch: int) -> list[tuple[int, float]]:
+    """(K, seconds) of each of ``run``'s passes that verified every one of the ``batch`` rows, K the drafts
+    per row; the first pass (the prefill's) left out."""
+    return [(step[3], seconds) for step, seconds in list(zip(run.log.steps, run.passes))[1:] if len(step[0]) == batch]
 
-    A pinned run does not draft its gamma at every pass: prompt lookup drafts nothing where no row
-    finds a match (K = 0) and rows that reach the end of their reply leave the batch.  The median over
-    all passes then prices gamma at a mix of smaller steps: measured on a 2-core CPU (SmolLM2-135M,
-    prompt lookup, batch 8), gamma 4 came out at 1.38 plain steps where the passes that did verify
-    8 rows x 5 positions cost 1.9.  Falls back to the passes with every row, then to all passes, where
-    a run has none of the kind asked for."""
-    timed = list(zip(run.log.steps, run.passes))[1:]
-    for keep in (lambda s: len(s[0]) == batch and s[3] == gamma, lambda s: len(s[0]) == batch, lambda s: True):
-        chosen = [seconds for step, seconds in timed if keep(step)]
-        if chosen:
-            return chosen
-    raise ValueError("a run needs at least two passes to time a step")
+
+def per_draft(points: list[tuple[int, float]]) -> tuple[float, float] | None:
+    """(a, b) of the line seconds = a + b K through ``points`` (K, seconds), or None unless two K differ.
+
+    Theil and Sen's line: b is the median of the slopes between every two points of different K, a the
+    median of seconds - b K.  A pass slowed by other work on the machine moves a least-squares line; it
+    moves these medians hardly at all."""
+    slopes = [(s2 - s1) / (k2 - k1) for i, (k1, s1) in enumerate(points) for k2, s2 in points[i + 1:] if k2 != k1]
+    if not slopes:
+        return None
+    b = statistics.median(slopes)
+    return statistics.median(s - b * k for k, s in points), b
 
 
 def straight(ratios: list[float]) -> list[float]:

@@ -12,7 +12,8 @@ import torch
 
 from specbook import theory
 from specbook.bench import batch as batch_cmd
-from specbook.bench.batch_calibration import LoopCosts, PinnedGamma, full_passes, measure_loop_costs, straight
+from specbook.bench.batch_calibration import (LoopCosts, PinnedGamma, full_passes, measure_loop_costs, per_draft,
+                                              straight)
 from specbook.bench.batch_costs import (adaptive_vs_best, crossovers, measured_hardware, roofline_crossover,
                                         roofline_speedup)
 from specbook.bench.batch_runs import PrefillOnce, Run, StepLog, side_by_side
@@ -238,20 +239,20 @@ def test_loop_step_costs_replace_the_forward_ratios():
 
 
 def test_a_gamma_is_priced_by_the_passes_that_verified_it():
-    """A pinned run's passes where rows had left or lookup drafted fewer tokens are not a step at its gamma."""
+    """A pinned run's passes are priced by the drafts they verified, not by the gamma it was pinned to."""
     run = Run.__new__(Run)  # only the log and the pass times are read
     run.log = StepLog(None)
     run.log.steps = [((0, 1, 2), [0] * 3, [1] * 3, 4),  # the prefill's pass: always left out
                      ((0, 1, 2), [0] * 3, [1] * 3, 4), ((0, 1, 2), [0] * 3, [1] * 3, 0),
-                     ((0, 2), [0] * 2, [1] * 2, 4), ((0, 1, 2), [0] * 3, [1] * 3, 4)]
+                     ((0, 2), [0] * 2, [1] * 2, 4), ((0, 1, 2), [0] * 3, [1] * 3, 2)]
     run.passes = [9.0, 2.0, 1.0, 1.5, 2.2]
-    assert full_passes(run, 3, 4) == [2.0, 2.2]  # 3 rows, 4 drafts each
-    assert full_passes(run, 3, 2) == [2.0, 1.0, 2.2]  # no pass drafted 2: every pass with all 3 rows
-    assert full_passes(run, 5, 4) == [2.0, 1.0, 1.5, 2.2]  # none with 5 rows: every pass but the first
-    run.passes = run.passes[:1]
-    run.log.steps = run.log.steps[:1]
-    with pytest.raises(ValueError, match="two passes"):
-        full_passes(run, 3, 4)
+    assert full_passes(run, 3) == [(4, 2.0), (0, 1.0), (2, 2.2)]  # every pass with all 3 rows
+    assert full_passes(run, 5) == []
+    # Theil-Sen: a pass slowed by other work does not move the line
+    points = [(0, 1.0), (0, 1.0), (1, 1.1), (2, 1.2), (4, 1.4), (4, 1.4), (0, 5.0)]
+    a, b = per_draft(points)
+    assert a == pytest.approx(1.0) and b == pytest.approx(0.1)
+    assert per_draft([(0, 1.0), (0, 1.2)]) is None and per_draft([]) is None  # no two draft lengths
 
 
 def test_the_batch_policy_adds_a_margin_only_to_forward_timed_costs():
@@ -295,8 +296,10 @@ def test_pinned_policy_and_loop_costs_on_toy_models():
     targets = [tiny(0) for _ in range(3)]
     loop = measure_loop_costs(targets, {"draft": pinned}, {2: PROMPTS[:2]}, rounds=2, **settings)
     assert [max(s.gamma for s in p.steps) for p in pinned] == [0, 1, 2]  # each drafted its own gamma
-    assert len(loop["draft"]["step"][2]) == 2 and loop["draft"]["seconds"][2] > 0
-    assert loop["draft"]["step"][2] == pytest.approx(straight(loop["draft"]["step_raw"][2]))
+    assert len(loop["draft"]["step"][2]) == 2 and loop["draft"]["seconds"][2] > 0 and loop["draft"]["fitted"][2]
+    t1, t2 = loop["draft"]["step"][2]
+    assert t2 - 1 == pytest.approx(2 * (t1 - 1)) and t1 >= 1  # one line through the passes: 1 + g b / a
+    assert len(loop["draft"]["step_raw"][2]) == 2
     with pytest.raises(ValueError, match="targets"):
         measure_loop_costs(targets[:2], {"draft": pinned}, {2: PROMPTS[:2]}, **settings)
     with pytest.raises(ValueError, match="one PinnedGamma per gamma"):
