@@ -106,18 +106,17 @@ def write_gguf(src: str | Path, dst: str | Path, dtype) -> Path:
                 writer.data_alignment = int(value)
         if "general.file_type" not in reader.fields:
             writer.add_uint32("general.file_type", int(file_type))
-        kinds = []
+        layouts = []  # (shape in numpy order (R, C), stored type) per tensor
         for t in reader.tensors:
-            shape = tuple(reversed([int(n) for n in t.shape]))  # numpy order (R, C)
+            shape = tuple(reversed([int(n) for n in t.shape]))
             kind = want if len(shape) > 1 else gguf.GGMLQuantizationType.F32
-            kinds.append(kind)
+            layouts.append((shape, kind))
             size = 4 if kind == gguf.GGMLQuantizationType.F32 else 2
             writer.add_tensor_info(t.name, shape, np.dtype(np.float32), int(np.prod(shape)) * size, raw_dtype=kind)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
-        for t, kind in zip(reader.tensors, kinds):
-            shape = tuple(reversed([int(n) for n in t.shape]))
+        for t, (shape, kind) in zip(reader.tensors, layouts):
             values = np.ascontiguousarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
             values = values.reshape(shape)
             writer.write_tensor_data(values if kind == gguf.GGMLQuantizationType.F32
