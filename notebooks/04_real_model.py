@@ -338,6 +338,41 @@ print(f"measured: a {CURVE_SIZES[-1]}-position verify pass is "
          if faster_bf16 else "this machine has the float32 curve (bfloat16 is emulated, not faster)"))
 
 # %% [markdown]
+# **Lossless to the last bit?** Greedy speculative decoding emits plain
+# decoding's tokens only if the verify pass scores each drafted token exactly
+# as a one-token step would. But the two runs are different kernels: a matrix
+# product of 5 rows is not a matrix-vector product, and the CPU attention adds
+# its terms in an order that depends on how many queries and keys it holds.
+# In float32 the results differ in the last few bits (about 1e-6 of a logit).
+# In bfloat16 a difference is a whole rounding step (8 bits of mantissa), and
+# it flips a greedy token wherever the two best logits nearly tie.
+#
+# `LlamaModel.batch_invariant()` swaps in kernels whose result for a token
+# does not depend on what else is in the pass. A one-row product then runs as
+# two rows, and attention becomes two plain matrix products. It costs time
+# (docs/bench.md measures about 1.15-1.2x per pass on a 2-core CPU), so it is
+# off by default. Score the prompt's last 5 tokens both ways and compare the
+# bits:
+
+# %%
+def chain_equals_steps(m, prompt: list[int], n: int = 5) -> tuple[bool, float]:
+    """The last n tokens of prompt scored in one pass and one at a time: (bit-identical?, largest gap)."""
+    with torch.no_grad():
+        cache = m.make_cache(1, len(prompt) + 8)
+        m(torch.tensor([prompt[:-n]]), cache, logits_to_keep=0)
+        start = cache.clone()
+        chain = m(torch.tensor([prompt[-n:]]), cache)  # (1, n, V): the verify pass
+        cache.copy_from(start)
+        steps = torch.cat([m(torch.tensor([[t]]), cache) for t in prompt[-n:]], dim=1)  # plain decoding
+    return torch.equal(chain, steps), (chain - steps).abs().max().item()
+
+
+for label, m in [("float32", model), ("bfloat16", model_bf16), ("bfloat16, batch_invariant()", model_bf16.batch_invariant())]:
+    same, gap = chain_equals_steps(m, list(ids[0]))
+    print(f"{label:28s}: {'bit-identical' if same else 'differ'}; largest logit gap {gap:.2e}")
+model_bf16.batch_invariant(False)  # back to the fast kernels
+
+# %% [markdown]
 # ## c: what drafting costs
 #
 # The n-gram drafter is a dictionary lookup, so c is tiny, but not zero: we

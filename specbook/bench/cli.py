@@ -132,6 +132,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="auto", choices=list(DTYPE_NAMES),
                    help="auto (default): bfloat16 where the device multiplies it natively, else float32")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads, >= 1 (default: torch's own)")
+    p.add_argument("--batch-invariant", action="store_true",
+                   help="specbook's target scores every token with the same bits whatever else shares its pass "
+                        "(LlamaModel.batch_invariant): bfloat16 chains then emit plain decoding's exact tokens; "
+                        "slower, see docs/bench.md")
     p.add_argument("--seed", type=int, default=0, help="seed of specbook's sampling generators")
     p.add_argument("--curve-reps", type=int, default=5,
                    help="repetitions per n of the verify-cost curve, 0 = skip (then --gamma auto falls back to 4)")
@@ -229,6 +233,7 @@ def run_bench(args) -> dict:
     prompts = select(load_prompts(args.prompts), args.categories.split(",") if args.categories else None, args.limit)
     dtype = resolve_dtype(args.dtype, args.device)
     model, tokenizer = load_smollm2(args.device, dtype)
+    model.batch_invariant(args.batch_invariant)
     eos = None if args.ignore_eos else tokenizer.eos_token_id
     prompt_ids = [chat_ids(tokenizer, p.prompt) for p in prompts]
     longest = max(map(len, prompt_ids))
@@ -292,7 +297,7 @@ def run_bench(args) -> dict:
     return {"machine": machine, "target": TARGET_NAME,
             "settings": {"max_new_tokens": args.max_new_tokens, "temperature": args.temperature, "top_p": args.top_p,
                          "gamma": args.gamma, "verifier": args.verifiers, "dtype": dtype_name(dtype),
-                         "dtype_requested": args.dtype,
+                         "dtype_requested": args.dtype, "batch_invariant": args.batch_invariant,
                          "limit": args.limit, "engines": engines, "drafters": drafters,
                          "prompts_file": args.prompts or "built-in", "seed": args.seed, "stop_at_eos": eos is not None,
                          "eos_token_id": eos, "command": "python -m specbook bench " + " ".join(args.argv)},

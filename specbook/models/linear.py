@@ -71,10 +71,26 @@ class Linear(nn.Linear):
     lacks the operators (:func:`packed_kernels_available`), it is ``nn.Linear``.
     ``Linear.PACKED = False`` switches the path off everywhere (``nn.Linear``'s kernels, bit
     for bit).
+
+    **A row multiplied alone gives the bits it gets among others** when ``one_row_as_two`` is
+    set (bfloat16 only; :meth:`specbook.models.llama.LlamaModel.batch_invariant` sets it).
+    oneDNN multiplies one row with its own matrix-vector kernel and two or more with its
+    matrix-matrix kernel.  On the machine above, in bfloat16, the two sum the products of
+    an input wider than 1024 (the MLP's down projection, K = 1536) in different orders, and
+    rounding the float32 sums to 8 bits of mantissa then differs by one step in about 5 of 64
+    rows.  Every other shape, and every row count from 2 to 128, gave identical rows.  With
+    the flag, a one-row product whose shape :func:`one_row_kernel_differs` flags runs as the
+    row twice and keeps the first output, so plain decoding multiplies its row exactly as a
+    5-token verify pass or a 64-node tree does.  Cost there: 1.03x the time of a bfloat16
+    decode step (30 down projections).  In float32 the one-row kernel differs for every
+    shape, by about 1e-7 relative; padding every product would cost 1.3x, so the flag leaves
+    float32 alone.
     """
 
     PACKED = True
     PACKED_DTYPES = (torch.float32, torch.bfloat16)
+    one_row_as_two = False  # per layer; see the class docstring
+    ONE_ROW_AS_TWO_DTYPES = (torch.bfloat16,)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -112,7 +128,39 @@ class Linear(nn.Linear):
         return lin
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self._use_packed(x):
-            bias = None if self.bias is None else self.bias.detach()
-            return torch.ops.mkldnn._linear_pointwise(x, self._packed(), bias, "none", [], "")  # (..., O)
-        return super().forward(x)
+        if not self._use_packed(x):
+            return super().forward(x)
+        packed, bias = self._packed(), None if self.bias is None else self.bias.detach()
+        if x.numel() == self.in_features and self.one_row_as_two and x.dtype in self.ONE_ROW_AS_TWO_DTYPES \
+                and one_row_kernel_differs(packed, bias, self.in_features, x.dtype):
+            row = x.reshape(1, self.in_features)
+            y = _packed_product(torch.cat((row, row)), packed, bias)[:1]  # (1, O): the several-row kernel
+            return y.reshape(*x.shape[:-1], self.out_features)
+        return _packed_product(x, packed, bias)  # (..., O)
+
+
+def _packed_product(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+
+
+PROBE_ROWS = 64
+_ONE_ROW_DIFFERS: dict[tuple, bool] = {}
+
+
+@torch.no_grad()
+def one_row_kernel_differs(packed: torch.Tensor, bias: torch.Tensor | None, in_features: int,
+                           dtype: torch.dtype) -> bool:
+    """Whether multiplying one row by this packed weight gives other bits than multiplying the
+    same row among others (see :class:`Linear`).
+
+    Measured once per (output width, input width, bias, dtype) on this machine: ``PROBE_ROWS``
+    random rows multiplied all at once and one at a time.  The kernel oneDNN picks depends on
+    the shapes, not on the values, so the answer holds for every weight of that shape."""
+    key = (packed.shape, in_features, bias is not None, dtype)
+    if key not in _ONE_ROW_DIFFERS:
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(PROBE_ROWS, in_features, generator=g).to(dtype)  # (P, I)
+        together = _packed_product(x, packed, bias)  # (P, O)
+        alone = torch.cat([_packed_product(x[i:i + 1], packed, bias) for i in range(PROBE_ROWS)])
+        _ONE_ROW_DIFFERS[key] = not torch.equal(together, alone)
+    return _ONE_ROW_DIFFERS[key]

@@ -77,6 +77,29 @@ def fold_query_groups_mask(mask: torch.Tensor | None, is_causal: bool, groups: i
     return folded.reshape(mask.shape[0], 1, groups * n, mask.shape[-1]), False
 
 
+def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                     is_causal: bool) -> torch.Tensor:
+    """softmax(q k^T / sqrt(Dh)) v as two matrix products in the inputs' dtype, the softmax in
+    float32 (the form of Hugging Face's "eager" attention).  q (B, Hkv, M, Dh), k and v
+    (B, Hkv, S, Dh), mask (B|1, 1, M, S) bool or None -> (B, Hkv, M, Dh).
+
+    ``F.scaled_dot_product_attention``'s CPU kernel is faster, but a query's result there
+    depends on how many other queries share the call and on how many keys the call holds:
+    in bfloat16 a query of a 5-token verify pass and the same query decoded alone came out
+    different in 149 of 1,800 (layer, position) pairs measured on SmolLM2 (docs/bench.md,
+    "Bit for bit in bfloat16").  Here each query's scores and its weighted sum of values
+    come out the same whatever else is in the pass (0 of the same 1,800), at about three
+    times the attention's time.  A masked key adds an exact zero; interleaved masked keys
+    (a tree's other branches) still move the unmasked ones to other lanes of the sum, so
+    trees are not covered."""
+    scores = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)  # (B, Hkv, M, S)
+    if is_causal:
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(k.shape[-2] - q.shape[-2])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(scores.softmax(-1, dtype=torch.float32).to(q.dtype), v)
+
+
 @dataclass
 class Step:
     """What every layer of one forward shares: rotary tables, the cache plan, the mask."""
@@ -89,6 +112,8 @@ class Step:
 
 
 class Attention(nn.Module):
+    matmul_form = False  # per layer: matmul_attention instead of F.scaled_dot_product_attention
+
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = config.n_heads, config.n_kv_heads, config.head_dim
@@ -111,7 +136,10 @@ class Attention(nn.Module):
         # The G = H / Hkv query heads sharing a key/value head are stacked along the query
         # axis, so keys and values are read in place instead of being repeated G times.
         q = q.reshape(B, Hkv, (H // Hkv) * N, Dh)  # (B, Hkv, G*N, Dh)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=step.mask, is_causal=step.is_causal)
+        if self.matmul_form:
+            y = matmul_attention(q, k, v, step.mask, step.is_causal)  # (B, Hkv, G*N, Dh)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=step.mask, is_causal=step.is_causal)
         y = y.reshape(B, H, N, Dh).transpose(1, 2).reshape(B, N, H * Dh)
         return self.wo(y)
 
@@ -189,6 +217,27 @@ class LlamaModel(nn.Module):
                 p.zero_()
             else:
                 p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float32).mul_(std))
+        return self
+
+    def batch_invariant(self, enabled: bool = True) -> "LlamaModel":
+        """Make every token's logits independent of what else shares its forward pass (bfloat16).
+
+        Greedy speculative decoding emits exactly plain decoding's tokens only if the verify
+        pass scores each drafted token with the very bits a one-token step would.  In float32
+        the differing kernels disagree by about 1e-7 and no greedy token changed in the
+        benchmark's runs; in bfloat16 they disagree by one rounding step often enough that a
+        third of the benchmark's speculative replies part from plain decoding at a near tie.
+        Two kernels depend on the pass's shape: oneDNN's one-row product (fixed by
+        ``Linear.one_row_as_two``) and torch's CPU attention (replaced by
+        :func:`matmul_attention`).  Measured on a 2-core AMD EPYC, bfloat16: chains
+        (prompt lookup) then emit plain decoding's tokens on every prompt; trees (EAGLE)
+        still part at near ties; a decode step costs more (docs/bench.md, "Bit for bit in
+        bfloat16").  Off by default: the speed figures are measured without it."""
+        for module in self.modules():
+            if isinstance(module, Attention):
+                module.matmul_form = enabled
+            elif isinstance(module, Linear):
+                module.one_row_as_two = enabled
         return self
 
     def make_cache(self, batch_size: int, max_length: int) -> KVCache:

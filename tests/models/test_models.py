@@ -30,7 +30,8 @@ from transformers import LlamaForCausalLM
 from specbook.models import (HFTarget, KVCache, LlamaConfig, LlamaModel, LlamaTarget, check_same_tokenizer,
                              load_llama, tree_structure)
 from specbook.models.hf import model_from_hf_state_dict
-from specbook.models.linear import Linear, packed_kernels_available
+from specbook.models import linear as linear_module
+from specbook.models.linear import Linear, one_row_kernel_differs, packed_kernels_available
 from specbook.protocols import Target
 
 FLOAT32_TOL = 2e-4  # max |logit difference| vs transformers, float32
@@ -89,6 +90,54 @@ def test_linear_float16_and_autograd_use_nn_linear():
 
 TINY = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
             num_key_value_heads=2, max_position_embeddings=256, rope_theta=500.0, tie_word_embeddings=False)
+
+# SmolLM2's projection shapes (in, out): qkv, o, gate+up, down (the one wider than 1024).
+SMOLLM2_SHAPES = [(576, 960), (576, 576), (576, 3072), (1536, 576)]
+
+
+def rows_alone_and_together(lin: Linear, rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.randn(rows, lin.in_features, generator=torch.Generator().manual_seed(1)).to(lin.weight.dtype)
+    with torch.no_grad():
+        alone = torch.cat([lin(x[i:i + 1].view(1, 1, -1)).view(1, -1) for i in range(rows)])  # one decode row
+        return alone, lin(x.view(8, rows // 8, -1)).view(rows, -1)  # the same rows in passes of 8
+
+
+@needs_packed
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("shape", SMOLLM2_SHAPES)
+def test_bfloat16_row_alone_equals_the_row_in_a_pass_of_several(shape, bias):
+    # Lossless speculative decoding needs the verify pass to score a token bit for bit as
+    # plain decoding does; in bfloat16 the one-row kernel would round some K = 1536 sums differently.
+    torch.manual_seed(0)
+    lin = Linear(*shape, bias=bias).to(torch.bfloat16)
+    lin.one_row_as_two = True
+    alone, together = rows_alone_and_together(lin)
+    assert torch.equal(alone, together)
+
+
+@needs_packed
+def test_without_two_rows_the_flagged_kernels_round_differently():
+    # The broken twin of the test above: with the two-row product switched off, every shape the
+    # probe flags gives other bits alone than in a pass, so the test above can fail.
+    torch.manual_seed(0)
+    lins = [Linear(*shape, bias=False).to(torch.bfloat16) for shape in SMOLLM2_SHAPES]
+    flagged = [lin for lin in lins if one_row_kernel_differs(lin._packed(), None, lin.in_features, torch.bfloat16)]
+    if not flagged:
+        pytest.skip("this CPU's one-row kernel already matches its several-row kernel: nothing to catch")
+    for lin in flagged:  # one_row_as_two is off by default
+        alone, together = rows_alone_and_together(lin)
+        assert not torch.equal(alone, together), (lin.in_features, lin.out_features)
+
+
+@needs_packed
+def test_float32_keeps_the_one_row_kernel():
+    # float32 differences are ~1e-7 relative and two rows would cost 1.3x a decode step: not padded.
+    lin = Linear(1536, 576, bias=False)
+    lin.one_row_as_two = True
+    alone, together = rows_alone_and_together(lin)
+    torch.testing.assert_close(alone, together, rtol=1e-5, atol=1e-5)
+    assert not any(key[-1] == torch.float32 for key in linear_module._ONE_ROW_DIFFERS)
+
 
 
 def tiny_pair(seed: int = 0, **overrides):
@@ -196,9 +245,11 @@ def test_per_row_rollback_rows_out_of_step(kv_heads):
         target.rollback(torch.tensor([1]))
 
 
+@pytest.mark.parametrize("invariant", [False, True], ids=["sdpa", "batch-invariant"])
 @pytest.mark.parametrize("kv_heads", [2, 4], ids=["gqa", "mha"])
-def test_tree_forward_matches_each_path_and_keep(kv_heads):
+def test_tree_forward_matches_each_path_and_keep(kv_heads, invariant):
     hf, ours = tiny_pair(num_key_value_heads=kv_heads)
+    ours.batch_invariant(invariant)  # matmul_attention: causal, cached, tree and out-of-step masks
     gen = torch.Generator().manual_seed(5)
     parents = [-1, -1, 0, 0, 1, 2, 2, 5]
     target = LlamaTarget(ours, max_length=64)
@@ -446,6 +497,50 @@ def test_smollm2_logits_match_transformers(smollm2):
         exact = (target.forward(torch.tensor([prompt]))[0] - hf_logits(hf, prompt)).abs().max().item()
     # This held at 1e-5 on the Intel (AMX) machines; on an AMD EPYC without AMX we measured 3.4e-5.
     assert exact <= 5e-5, exact
+
+
+@pytest.fixture(scope="module")
+def smollm2_bfloat16():
+    from specbook.models.smollm2 import fetch
+
+    return load_llama(fetch(), dtype=torch.bfloat16)
+
+
+def chain_and_steps_agree(model, tokenizer, texts) -> list[bool]:
+    """Per prompt: do a 5-token pass and five one-token passes give bit-identical logits?"""
+    agree = []
+    for text in texts:
+        ids = chat_prompt(tokenizer, text)
+        with torch.no_grad():
+            cache = model.make_cache(1, len(ids) + 8)
+            model(torch.tensor([ids[:-5]]), cache, logits_to_keep=0)
+            start = cache.clone()
+            chain = model(torch.tensor([ids[-5:]]), cache)  # (1, 5, V), as a verify pass scores a draft
+            cache.copy_from(start)
+            steps = torch.cat([model(torch.tensor([[t]]), cache) for t in ids[-5:]], dim=1)  # plain decoding
+        agree.append(torch.equal(chain, steps))
+    return agree
+
+
+CHAIN_TEXTS = ["Name a prime number.", "Rewrite this sentence in the past tense: I walk to school.",
+               "What is 12 times 7?"]
+
+
+@pytest.mark.model
+def test_smollm2_bfloat16_batch_invariant_chain_equals_steps_bit_for_bit(smollm2_bfloat16):
+    model, tokenizer = smollm2_bfloat16
+    model.batch_invariant()
+    try:
+        assert all(chain_and_steps_agree(model, tokenizer, CHAIN_TEXTS))
+    finally:
+        model.batch_invariant(False)
+
+
+@pytest.mark.model
+def test_smollm2_bfloat16_default_kernels_part_between_chain_and_steps(smollm2_bfloat16):
+    # The broken twin: without batch_invariant the same check fails (measured: on every prompt).
+    model, tokenizer = smollm2_bfloat16
+    assert not all(chain_and_steps_agree(model, tokenizer, CHAIN_TEXTS))
 
 
 @pytest.mark.model
