@@ -87,7 +87,7 @@ from ..machine import machine_info
 from ..models.chat import chat_ids
 from ..models.dtype import DTYPE_NAMES, dtype_name, resolve_dtype
 from ..sampling import SamplingParams
-from .engines import VERIFIERS, RunResult, SpecbookEngine, TransformersEngine
+from .engines import VERIFIERS, CompiledEngine, RunResult, SpecbookEngine, TransformersEngine
 from .arguments import check_device, check_json_path, parse_gamma, plot_path
 from .registry import DRAFTERS, get_drafter
 from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256, versus_specbook
@@ -96,7 +96,7 @@ from .timing import add_roofline, matvec_read_bandwidth, memory_read_bandwidth, 
 from .workloads import load_prompts, select
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
-ENGINES = ("specbook", "transformers", "llamacpp")  # llamacpp: optional (specbook.bench.llamacpp)
+ENGINES = ("specbook", "compiled", "transformers", "llamacpp")  # llamacpp: optional (specbook.bench.llamacpp)
 TREE_ROOM = 72  # cache slots past the text kept free for a verified tree (largest shipped tree: 64 nodes)
 CURVE_CONTEXT = 128  # cached tokens before the timed forward of the verify-cost curve
 CURVE_POSITIONS = 17  # n = 1..17 new positions
@@ -115,7 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--categories", help="comma-separated categories to keep (default: all)")
     p.add_argument("--limit", type=int, default=2, help="prompts per category, 0 = all (default 2)")
     p.add_argument("--drafters", default="none,ngram", help=f"comma-separated, from: {', '.join(DRAFTERS)}")
-    p.add_argument("--engines", default="specbook,transformers", help="comma-separated: specbook,transformers,llamacpp")
+    p.add_argument("--engines", default="specbook,transformers",
+                   help="comma-separated: specbook,compiled (plain greedy decoding, torch.compile),transformers,llamacpp")
     p.add_argument("--max-new-tokens", type=int, default=64, help="at most this many new tokens per reply (default 64)")
     p.add_argument("--ignore-eos", action="store_true",
                    help="do not stop at the end-of-turn token: every run makes exactly --max-new-tokens tokens "
@@ -318,6 +319,13 @@ def _combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree
             obj = get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device, dtype=dtype,
                                       target=sb.target, **extra)
             combos.extend((sb, d, obj, v) for v in ([None] if d == "none" else args.verifiers))
+    if "compiled" in engines:  # plain greedy decoding only
+        for d in drafters:
+            why = ("greedy only" if args.temperature != 0 else None) if d == "none" else "plain decoding only"
+            if why:
+                skipped.append({"engine": "compiled", "drafter": d, "reason": why})
+            else:
+                combos.append((CompiledEngine(model, sb.target.max_length), d, None, None))
     if "transformers" in engines:
         from transformers import LlamaForCausalLM
 

@@ -36,6 +36,7 @@ import torch
 from ..decode import generate, speculative_generate
 from ..decode_stats import DecodeStats
 from ..models import LlamaTarget
+from ..models.compiled import CompiledDecoder
 from ..sampling import SamplingParams
 from ..verify import accept_chain
 from ..verify_block import accept_block
@@ -93,6 +94,29 @@ class SpecbookEngine:
         s = out.stats
         return RunResult(new, seconds, len(s.accepted_per_step), s.emitted, s.proposed, s.accepted, s.verified, s,
                          verified_by(s, params, "tree" if any(trees) else verifier))
+
+
+class CompiledEngine:
+    """specbook's plain greedy decoding with the decode step compiled (:mod:`specbook.models.compiled`)."""
+
+    name = "compiled"
+    AUTOTUNE = True  # inductor times its matrix-product templates against oneDNN's (tests switch it off)
+
+    def __init__(self, model, max_length: int):
+        self.decoder = CompiledDecoder(model, max_length, autotune=self.AUTOTUNE)  # compiles on the first run
+        self.device = model.embed.weight.device
+
+    def run(self, prompt_ids: list[int], drafter, params: SamplingParams, max_new_tokens: int, gamma: int,
+            generator: torch.Generator | None = None, eos_token_id: int | None = None,
+            verifier: str = "token") -> RunResult:
+        if drafter is not None or not params.greedy:
+            raise ValueError("the compiled engine runs plain greedy decoding only")
+        synchronize(self.device)
+        t0 = time.perf_counter()
+        new = self.decoder.generate(list(prompt_ids), max_new_tokens, eos_token_id)
+        seconds = time.perf_counter() - t0
+        calls = [list(prompt_ids)] + [[t] for t in new[:-1]]  # the eager prefill, then one token per step
+        return result_from_calls(list(prompt_ids), calls, new, seconds, params, drafted=False)
 
 
 class TransformersEngine:
