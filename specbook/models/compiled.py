@@ -74,9 +74,9 @@ class CompiledDecoder:
 
     ``autotune=True`` compiles in mode "max-autotune": inductor times its own matrix-product
     templates against oneDNN's (slower to compile, faster to run).  Weights are frozen into the
-    compiled code (inductor's ``freezing``; set through the ``mode`` argument's sibling
-    ``options`` it did not take effect here: 48 ms a token instead of 22), so the model must
-    not change after the first call."""
+    compiled code (inductor's ``freezing``, switched on around each call; passed as
+    ``torch.compile(options=...)`` instead it did not take effect here: 48 ms a token instead
+    of 22), so the model must not change after the first call."""
 
     def __init__(self, model: LlamaModel, max_length: int, autotune: bool = True):
         if max_length < 2:

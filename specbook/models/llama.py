@@ -89,9 +89,9 @@ def matmul_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     different in 149 of 1,800 (layer, position) pairs measured on SmolLM2 (docs/bench.md,
     "Bit for bit in bfloat16").  Here each query's scores and its weighted sum of values
     come out the same whatever else is in the pass (0 of the same 1,800), at about three
-    times the attention's time.  A masked key adds an exact zero; interleaved masked keys
-    (a tree's other branches) still move the unmasked ones to other lanes of the sum, so
-    trees are not covered."""
+    times the attention's time.  Trees are not covered: there a node's masked siblings sit
+    between its ancestors, and the measured replies still part at near ties (most likely the
+    vectorised sums then add the same terms in another order)."""
     scores = torch.matmul(q, k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)  # (B, Hkv, M, S)
     if is_causal:
         mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril(k.shape[-2] - q.shape[-2])
@@ -225,8 +225,8 @@ class LlamaModel(nn.Module):
         Greedy speculative decoding emits exactly plain decoding's tokens only if the verify
         pass scores each drafted token with the very bits a one-token step would.  In float32
         the differing kernels disagree by about 1e-7 and no greedy token changed in the
-        benchmark's runs; in bfloat16 they disagree by one rounding step often enough that a
-        third of the benchmark's speculative replies part from plain decoding at a near tie.
+        benchmark's runs; in bfloat16 they disagree by one rounding step often enough that about
+        3 in 10 of the benchmark's speculative replies part from plain decoding at a near tie.
         Two kernels depend on the pass's shape: oneDNN's one-row product (fixed by
         ``Linear.one_row_as_two``) and torch's CPU attention (replaced by
         :func:`matmul_attention`).  Measured on a 2-core AMD EPYC, bfloat16: chains
