@@ -87,7 +87,8 @@ from ..machine import machine_info
 from ..models.chat import chat_ids
 from ..models.dtype import DTYPE_NAMES, dtype_name, resolve_dtype
 from ..sampling import SamplingParams
-from .engines import VERIFIERS, CompiledEngine, RunResult, SpecbookEngine, TransformersEngine
+from .combos import engine_combos
+from .engines import VERIFIERS, RunResult, SpecbookEngine
 from .arguments import check_device, check_json_path, parse_gamma, plot_path
 from .registry import DRAFTERS, get_drafter
 from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256, versus_specbook
@@ -260,7 +261,7 @@ def run_bench(args) -> dict:
     def tree_of(d):
         return sizes[d].chosen if d in sizes and sizes[d].kind == "tree" else None
 
-    combos, skipped, hf = _combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of)
+    combos, skipped, hf = engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of)
     for engine, d, obj, verifier in combos:  # warm-up: first calls allocate caches and pick kernels
         engine.run(prompt_ids[0][:32], obj, params, 4, gamma_of(d), _gen(args, 0), verifier=verifier or "token")
     records, outputs = [], {}
@@ -305,47 +306,6 @@ def run_bench(args) -> dict:
             "roofline": roofline, "draft_sizes": {d: z.as_json() for d, z in sizes.items()},
             "runs": runs, "overall": overall, "skipped": skipped, "engine_ratio": engine_ratio(records, params.greedy),
             "engine_ratios": versus, "verify_cost": curves, "per_prompt": records}
-
-
-def _combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of):
-    """Every (engine, drafter, verifier) to time: ([(engine, drafter name, drafter object or generate
-    kwargs, verifier name or None)], [skipped pairs with the reason], transformers' model or None).
-    Plain decoding verifies nothing (verifier None); transformers' drafts are judged by its own
-    token-wise rule ("token")."""
-    combos, skipped, hf = [], [], None
-    if "specbook" in engines:
-        for d in drafters:
-            extra = {} if tree_of(d) is None else {"tree": tree_of(d)}
-            obj = get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device, dtype=dtype,
-                                      target=sb.target, **extra)
-            combos.extend((sb, d, obj, v) for v in ([None] if d == "none" else args.verifiers))
-    if "compiled" in engines:  # plain greedy decoding only
-        for d in drafters:
-            why = ("greedy only" if args.temperature != 0 else None) if d == "none" else "plain decoding only"
-            if why:
-                skipped.append({"engine": "compiled", "drafter": d, "reason": why})
-            else:
-                combos.append((CompiledEngine(model, sb.target.max_length), d, None, None))
-    if "transformers" in engines:
-        from transformers import LlamaForCausalLM
-
-        from ..models.smollm2 import model_dir
-
-        hf = LlamaForCausalLM.from_pretrained(str(model_dir()), dtype=dtype, local_files_only=True).to(args.device)
-        tf = TransformersEngine(hf, tokenizer)
-        for d in drafters:
-            spec = get_drafter(d)
-            kwargs = spec.transformers_kwargs(hf, tokenizer, gamma=gamma_of(d)) if spec.transformers_kwargs else None
-            if kwargs is None:
-                skipped.append({"engine": "transformers", "drafter": d, "reason": "no transformers equivalent"})
-            else:
-                combos.append((tf, d, kwargs, None if d == "none" else "token"))
-    if "llamacpp" in engines:
-        from .llamacpp import llamacpp_combos
-
-        more, why = llamacpp_combos(drafters, dtype, sb.target.max_length, gamma_of, args.temperature == 0)
-        combos, skipped = combos + more, skipped + why
-    return combos, skipped, hf
 
 
 def _gen(args, i: int) -> torch.Generator | None:

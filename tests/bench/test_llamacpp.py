@@ -11,6 +11,7 @@ import torch
 
 from specbook.bench import cli as bench
 from specbook.bench import gguf_export, llamacpp
+from specbook.bench.combos import engine_combos
 from specbook.bench.results import format_table, versus_specbook
 from specbook.models import smollm2
 
@@ -154,7 +155,7 @@ def test_without_llama_cpp_the_engine_is_skipped_with_one_reason(monkeypatch):
         llamacpp.LlamaCppEngine("x.gguf", torch.float32, 64, 1)
     args = types.SimpleNamespace(device="cpu", temperature=0.0)
     sb = types.SimpleNamespace(target=types.SimpleNamespace(max_length=64))
-    combos, skipped, hf = bench._combos(args, ["llamacpp"], ["none"], sb, None, None, torch.float32,
+    combos, skipped, hf = engine_combos(args, ["llamacpp"], ["none"], sb, None, None, torch.float32,
                                         lambda d: 4, lambda d: None)
     assert (combos, hf) == ([], None) and skipped[0]["reason"] == why
 
