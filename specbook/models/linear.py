@@ -18,18 +18,20 @@ import torch.nn.functional as F
 from torch import nn
 
 
-@lru_cache(maxsize=1)
-def packed_kernels_available() -> bool:
-    """True when this torch build has oneDNN's prepacked linear (x86 builds do), checked once
-    by running it on a tiny matrix against ``F.linear``."""
+@lru_cache(maxsize=None)
+def packed_kernels_available(dtype: torch.dtype = torch.float32) -> bool:
+    """True when this torch build has oneDNN's prepacked linear (x86 builds do) for ``dtype`` on
+    this CPU, checked once per dtype by running it on a tiny matrix against ``F.linear``.
+    oneDNN packs bfloat16 only on CPUs with AVX-512 (BW, VL, DQ) or AVX-NE-CONVERT: on an
+    AVX2-only CPU bfloat16 products take ``F.linear``."""
     try:
         if not torch.backends.mkldnn.is_available():
             return False
-        w, x = torch.randn(8, 4), torch.randn(3, 4)
+        w, x = torch.randn(8, 4).to(dtype), torch.randn(3, 4).to(dtype)
         with torch.no_grad():
             y = torch.ops.mkldnn._linear_pointwise(x, torch.ops.mkldnn._reorder_linear_weight(w, 1),
                                                   None, "none", [], "")
-        return bool(torch.allclose(y, F.linear(x, w), atol=1e-5))
+        return bool(torch.allclose(y.float(), F.linear(x, w).float(), atol=1e-2))
     except (AttributeError, RuntimeError, NotImplementedError):
         return False
 
@@ -110,7 +112,7 @@ class Linear(nn.Linear):
         return (self.PACKED and x.device.type == "cpu" and x.dtype in self.PACKED_DTYPES
                 and x.dtype == self.weight.dtype and x.numel() > 0
                 and not (torch.is_grad_enabled() and (self.weight.requires_grad or x.requires_grad))
-                and packed_kernels_available())
+                and packed_kernels_available(x.dtype))
 
     def __getstate__(self):
         """Copies and pickles leave the packed copy behind (an opaque oneDNN tensor has no
