@@ -1,13 +1,21 @@
 """Which (engine, drafter) pairs one benchmark run times, and which it skips with the reason.
 
-specbook times every drafter; ``compiled`` (:mod:`specbook.models.compiled`) times plain greedy
-decoding only; transformers times the drafters it has an equivalent for; llama.cpp
+specbook times every drafter; ``compiled`` (:mod:`specbook.models.compiled`) times them too, in one
+engine whose compiled pass widths fit every drafter's chain or tree (the sizes chosen for specbook's); transformers times the drafters it has an equivalent for; llama.cpp
 (:mod:`specbook.bench.llamacpp`, optional) plain decoding and prompt lookup.
 """
 from __future__ import annotations
 
 from .engines import CompiledEngine, TransformersEngine
 from .registry import get_drafter
+
+
+def draft_width(drafter, gamma: int) -> int:
+    """The most tokens one draft of ``drafter`` holds: its tree's nodes, else the chain's gamma."""
+    tree = getattr(drafter, "tree", None)
+    if tree is None:
+        return gamma
+    return tree.num_nodes if hasattr(tree, "num_nodes") else len(tree.parents)  # EAGLE's dynamic, Medusa's fixed
 
 
 def engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of):
@@ -22,13 +30,16 @@ def engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of
             obj = get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device, dtype=dtype,
                                       target=sb.target, **extra)
             combos.extend((sb, d, obj, v) for v in ([None] if d == "none" else args.verifiers))
-    if "compiled" in engines:  # plain greedy decoding only
+    if "compiled" in engines:  # one engine: each new target compiles its own graphs
+        engine = CompiledEngine(model, sb.target.max_length)
         for d in drafters:
-            why = ("greedy only" if args.temperature != 0 else None) if d == "none" else "plain decoding only"
-            if why:
-                skipped.append({"engine": "compiled", "drafter": d, "reason": why})
-            else:
-                combos.append((CompiledEngine(model, sb.target.max_length), d, None, None))
+            extra = {} if tree_of(d) is None else {"tree": tree_of(d)}
+            obj = get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device, dtype=dtype,
+                                      target=engine.target, **extra)
+            if obj is not None:
+                engine.target.allow_width(draft_width(obj, gamma_of(d)) + 1)  # the pending token and the draft
+            combos.extend((engine, d, obj, v) for v in ([None] if d == "none" else args.verifiers))
+        engine.target.warm_up()  # every width compiled before anything is timed
     if "transformers" in engines:
         from transformers import LlamaForCausalLM
 

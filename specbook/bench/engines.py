@@ -1,10 +1,11 @@
-"""The two engines the benchmark runs every drafter on, and what one run cost (the optional third,
+"""The engines the benchmark runs every drafter on, and what one run cost (the optional third,
 llama.cpp, is :mod:`specbook.bench.llamacpp`).
 
 Shape legend: T prompt length, N new tokens.
 
 ``specbook`` runs :func:`specbook.decode.generate` / :func:`~specbook.decode.speculative_generate`
-on the readable Llama (:class:`~specbook.models.LlamaTarget`); ``transformers`` runs
+on the readable Llama (:class:`~specbook.models.LlamaTarget`); ``compiled`` runs the same loop with
+the passes compiled (:class:`~specbook.models.compiled.CompiledTarget`); ``transformers`` runs
 transformers' own ``generate`` on ``LlamaForCausalLM`` with the same weights.  Both stop right
 after the end-of-turn token when given ``eos_token_id`` (the benchmark's default: the reply,
 nothing the model invents after it), or produce exactly ``max_new_tokens`` tokens when it is
@@ -29,6 +30,8 @@ this reading says was kept last; a run where that does not hold keeps ``stats = 
 from __future__ import annotations
 
 import time
+import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -36,7 +39,7 @@ import torch
 from ..decode import generate, speculative_generate
 from ..decode_stats import DecodeStats
 from ..models import LlamaTarget
-from ..models.compiled import CompiledDecoder
+from ..models.compiled import CompiledTarget
 from ..sampling import SamplingParams
 from ..verify import accept_chain
 from ..verify_block import accept_block
@@ -96,27 +99,25 @@ class SpecbookEngine:
                          verified_by(s, params, "tree" if any(trees) else verifier))
 
 
-class CompiledEngine:
-    """specbook's plain greedy decoding with the decode step compiled (:mod:`specbook.models.compiled`)."""
+class CompiledEngine(SpecbookEngine):
+    """specbook's decoding loop, plain and with every drafter, its passes compiled
+    (:class:`specbook.models.compiled.CompiledTarget`, batch 1): one compiled graph per pass
+    width in ``widths``."""
 
     name = "compiled"
     AUTOTUNE = True  # inductor times its matrix-product templates against oneDNN's (tests switch it off)
 
-    def __init__(self, model, max_length: int):
-        self.decoder = CompiledDecoder(model, max_length, autotune=self.AUTOTUNE)  # compiles on the first run
-        self.device = model.embed.weight.device
+    def __init__(self, model, max_length: int, widths: Sequence[int] = (1,)):
+        self.target = CompiledTarget(model, max_length, widths, autotune=self.AUTOTUNE)  # compiles on first use
+        self.device = self.target.device
 
-    def run(self, prompt_ids: list[int], drafter, params: SamplingParams, max_new_tokens: int, gamma: int,
-            generator: torch.Generator | None = None, eos_token_id: int | None = None,
-            verifier: str = "token") -> RunResult:
-        if drafter is not None or not params.greedy:
-            raise ValueError("the compiled engine runs plain greedy decoding only")
-        synchronize(self.device)
-        t0 = time.perf_counter()
-        new = self.decoder.generate(list(prompt_ids), max_new_tokens, eos_token_id)
-        seconds = time.perf_counter() - t0
-        calls = [list(prompt_ids)] + [[t] for t in new[:-1]]  # the eager prefill, then one token per step
-        return result_from_calls(list(prompt_ids), calls, new, seconds, params, drafted=False)
+    def run(self, *args, **kwargs) -> RunResult:
+        eager = self.target.eager_passes
+        res = super().run(*args, **kwargs)
+        if self.target.eager_passes - eager > 1:  # more than the prefill: a draft wider than every width
+            warnings.warn(f"the compiled engine ran {self.target.eager_passes - eager - 1} verify passes eagerly: "
+                          f"drafts wider than its compiled widths {self.target.widths}", stacklevel=2)
+        return res
 
 
 class TransformersEngine:

@@ -156,6 +156,13 @@ class KVCache:
     def advance(self, plan: AttentionPlan) -> None:
         self._set_lengths([s + plan.n_new for s in plan.starts])
 
+    def appended(self, n_new: int) -> None:
+        """Count ``n_new`` entries written straight into the buffers after each row's length as
+        held (a compiled pass writes its slots itself, :mod:`specbook.models.compiled`)."""
+        if n_new < 0 or max(self._lengths) + n_new > self.max_length:
+            raise ValueError(f"n_new must be in [0, {self.max_length - max(self._lengths)}], got {n_new}")
+        self._set_lengths([n + n_new for n in self._lengths])
+
     def rollback(self, lengths) -> None:
         """Keep only the first ``lengths[b]`` entries of row b (lengths: (B,) ints, never growing)."""
         new = [int(x) for x in (lengths.tolist() if torch.is_tensor(lengths) else lengths)]

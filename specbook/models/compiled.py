@@ -1,7 +1,7 @@
-"""Plain decoding through ``torch.compile``: one token per step over a cache of fixed length.
+"""Passes through ``torch.compile``: every pass after the prefill over a cache of fixed length.
 
-Shape legend: L layers, T cache length (fixed), V vocab, D model width, H query heads,
-Hkv key/value heads, G = H // Hkv, Dh head width.
+Shape legend: L layers, T cache slots (fixed), V vocab, D model width, H query heads,
+Hkv key/value heads, G = H // Hkv, Dh head width, W tokens in a pass (fixed per graph).
 
 The readable model (:mod:`specbook.models.llama`) runs a decode step as some 400 PyTorch
 operations, each dispatched from Python, and multiplies through oneDNN's prepacked kernel.
@@ -9,33 +9,40 @@ Compiled, the same step is one generated C++ function: the small operations are 
 Python is gone, and with ``max_autotune`` inductor times its own C++ matrix-product templates
 against oneDNN's for every weight shape and keeps the faster (on a 2-core AMD EPYC without
 AMX, its template streamed the LM head in 1.06 ms against oneDNN's 1.84 ms).  Compiling
-needs every shape fixed, so the step attends over the whole cache buffer of T slots with a
-mask that hides the slots not yet written: a decode step's shapes never change, and the step
-compiles once (about a minute, then cached by torch for this process).
+needs every shape fixed, so a pass attends over the whole cache buffer of T slots with a
+mask that hides the slots not yet written, and a pass of N tokens runs in a graph of fixed
+width W >= N: each width compiles once (about a minute, then cached by torch for this process).
 
-Only plain decoding: a verify pass has other shapes (and each would compile separately).
-The eager model stays the reference: :class:`CompiledDecoder` fills the cache with the eager
-model's prefill, and ``tests/models/test_compiled.py`` checks its tokens against the eager
-model's.  In bfloat16 the two multiply with different kernels, so their logits differ by a
-rounding step and a greedy token can differ at a near tie (docs/bench.md, "Compiled plain
+:class:`CompiledTarget` is the same Target as :class:`~specbook.models.target.LlamaTarget`
+(batch 1), so plain decoding and every drafter run through the one decoding loop
+(:mod:`specbook.decode`) unchanged.  The eager model stays the reference: it runs the
+prefill, and ``tests/models/test_compiled.py`` checks the compiled passes' tokens against
+its own.  In bfloat16 the two multiply with different kernels, so their logits differ by a
+rounding step and a greedy token can differ at a near tie (docs/bench.md, "Compiled
 decoding").
 """
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 from torch import nn
 
+from .cache import KVCache
 from .llama import LlamaModel, rotate_half
+from .target import LlamaTarget
 
 
-class DecodeStep(nn.Module):
-    """One token through every layer, its keys and values written at ``position`` of the cache.
+class CompiledPass(nn.Module):
+    """W tokens through every layer, their keys and values written at ``slots`` of the cache.
 
-    token (1, 1) long, position (1,) long, k_cache and v_cache (L, 1, Hkv, T, Dh) (written in
-    place), visible (1, 1, 1, T) bool (True = a written slot, this token's own included)
-    -> logits (1, V) float32."""
+    tokens (1, W) long, positions (1, W) long (rotary positions), slots (W,) long (cache slots
+    written), k_cache and v_cache (L, 1, Hkv, T, Dh) (written in place), visible (1, 1, W, T)
+    bool (True = token w may attend to that slot; its own slot included)
+    -> (logits (1, W, V) float32, the last block's output (1, W, D) before the final norm).
+    A decode step is W = 1; a verify pass of a chain or a tree is W = its width (padded)."""
 
     def __init__(self, model: LlamaModel, max_length: int):
         super().__init__()
@@ -43,73 +50,141 @@ class DecodeStep(nn.Module):
         w = model.embed.weight
         self.cos, self.sin = model._rope_tables(max_length, w.device, w.dtype)  # (P, Dh) each
 
-    def forward(self, token, position, k_cache, v_cache, visible):
+    def forward(self, tokens, positions, slots, k_cache, v_cache, visible):
         m, c = self.model, self.model.config
         H, Hkv, Dh = c.n_heads, c.n_kv_heads, c.head_dim
-        cos, sin = self.cos[position].view(1, 1, 1, Dh), self.sin[position].view(1, 1, 1, Dh)
-        x = m.embed(token)  # (1, 1, D)
+        G, W = H // Hkv, tokens.shape[1]
+        cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # (1, W, 1, Dh)
+        mask = visible.expand(1, G, W, visible.shape[-1]).reshape(1, 1, G * W, -1)  # row g*W + w: head g, token w
+        x = m.embed(tokens)  # (1, W, D)
         for i, block in enumerate(m.layers):
             attn, mlp = block.attn, block.mlp
-            qkv = F.linear(block.attn_norm(x), attn.wqkv.weight, attn.wqkv.bias)  # (1, 1, (H + 2 Hkv) Dh)
-            qk = qkv[..., :(H + Hkv) * Dh].view(1, 1, H + Hkv, Dh)
+            qkv = F.linear(block.attn_norm(x), attn.wqkv.weight, attn.wqkv.bias)  # (1, W, (H + 2 Hkv) Dh)
+            qk = qkv[..., :(H + Hkv) * Dh].view(1, W, H + Hkv, Dh)
             qk = qk * cos + rotate_half(qk) * sin
-            q = qk[:, :, :H].reshape(1, Hkv, H // Hkv, Dh)  # the G query heads of a key/value head as rows
-            k = qk[:, :, H:].transpose(1, 2)  # (1, Hkv, 1, Dh)
-            v = qkv[..., (H + Hkv) * Dh:].view(1, 1, Hkv, Dh).transpose(1, 2)
-            k_cache[i].index_copy_(2, position, k)
-            v_cache[i].index_copy_(2, position, v)
-            y = F.scaled_dot_product_attention(q, k_cache[i], v_cache[i], attn_mask=visible)  # (1, Hkv, G, Dh)
-            x = x + F.linear(y.reshape(1, 1, H * Dh), attn.wo.weight, attn.wo.bias)
+            q = qk[:, :, :H].transpose(1, 2).reshape(1, Hkv, G * W, Dh)  # the G query heads of a key/value head as rows
+            k = qk[:, :, H:].transpose(1, 2)  # (1, Hkv, W, Dh)
+            v = qkv[..., (H + Hkv) * Dh:].view(1, W, Hkv, Dh).transpose(1, 2)
+            k_cache[i].index_copy_(2, slots, k)
+            v_cache[i].index_copy_(2, slots, v)
+            y = F.scaled_dot_product_attention(q, k_cache[i], v_cache[i], attn_mask=mask)  # (1, Hkv, G W, Dh)
+            y = y.reshape(1, H, W, Dh).transpose(1, 2).reshape(1, W, H * Dh)
+            x = x + F.linear(y, attn.wo.weight, attn.wo.bias)
             gate, up = F.linear(block.mlp_norm(x), mlp.w_gate_up.weight, mlp.w_gate_up.bias).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, mlp.w_down.weight, mlp.w_down.bias)
         normed = m.norm(x)
-        logits = F.linear(normed, m.lm_head.weight)  # (1, 1, V)
+        logits = F.linear(normed, m.lm_head.weight)  # (1, W, V)
         if logits.dtype in (torch.bfloat16, torch.float16):
             logits = m._top_in_float32(normed, logits)  # as the eager model: the top candidates in float32
-        return logits[:, -1].float()
+        return logits.float(), x
 
 
-class CompiledDecoder:
-    """Greedy plain decoding with a compiled :class:`DecodeStep` (batch 1).
+def raise_recompile_limit(limit: int = 64) -> None:
+    """Let torch keep up to ``limit`` compiled graphs of one function.  Each target compiles its
+    own (its graphs hold its weights as constants), one per width, and torch's default of 8 per
+    function would otherwise run out within one process (the test suite, a notebook)."""
+    import torch._dynamo.config as dynamo_config
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, limit)
+
+
+class CompiledTarget(LlamaTarget):
+    """A :class:`LlamaTarget` (batch 1) whose passes after the prefill run compiled.
+
+    ``widths``: the pass widths compiled, each once (about a minute each in mode
+    "max-autotune" for SmolLM2-135M on 2 cores).  A pass of N tokens runs the narrowest width
+    W >= N, its W - N spare rows fed token 0 at the slots after the real ones, each seeing the
+    cache and itself only; their outputs are dropped and their slots stay beyond the row's
+    length, hidden from later passes and overwritten by them.  Plain decoding needs width 1;
+    a chain of gamma drafts gamma + 1; a tree its node count plus one.  Wider passes (the
+    prefill) and ``logits_to_keep`` run eagerly, on the same cache.
 
     ``autotune=True`` compiles in mode "max-autotune": inductor times its own matrix-product
     templates against oneDNN's (slower to compile, faster to run).  Weights are frozen into the
     compiled code (inductor's ``freezing``, switched on around each call; passed as
     ``torch.compile(options=...)`` instead it did not take effect here: 48 ms a token instead
-    of 22), so the model must not change after the first call."""
+    of 22), so the model must not change after the first pass."""
 
-    def __init__(self, model: LlamaModel, max_length: int, autotune: bool = True):
-        if max_length < 2:
-            raise ValueError(f"max_length must be at least 2, got {max_length}")
-        self.model, self.max_length = model, max_length
-        self.cache = model.make_cache(1, max_length)
-        self.step = torch.compile(DecodeStep(model, max_length), fullgraph=True,
-                                  mode="max-autotune" if autotune else None)
+    def __init__(self, model: LlamaModel, max_length: int = 2048, widths: Sequence[int] = (1,),
+                 autotune: bool = True):
+        super().__init__(model, max_length)
+        self.widths: tuple[int, ...] = ()
+        for w in widths:
+            self.allow_width(w)
+        self.compiled_passes = self.eager_passes = 0  # since construction (the prefill counts as eager)
+        raise_recompile_limit()
+        self.passes = torch.compile(CompiledPass(model, max_length), fullgraph=True, dynamic=False,
+                                    mode="max-autotune" if autotune else None)
+
+    def allow_width(self, width: int) -> None:
+        """Run passes of up to ``width`` tokens compiled too (the graph compiles on its first pass,
+        or in :meth:`warm_up`).  Call before the first :meth:`reset`."""
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise ValueError(f"width must be a positive int, got {width!r}")
+        if self.cache is not None and width > self.widths[-1]:
+            raise ValueError(f"width {width} is wider than the cache was built for ({self.widths[-1]}): "
+                             "allow every width before the first reset")
+        self.widths = tuple(sorted({*self.widths, width}))
+
+    def warm_up(self) -> None:
+        """Compile every width now (a dummy pass each, on a scratch cache), not in a timed pass."""
+        self.reset(1)
+        self.forward(torch.zeros(1, 1, dtype=torch.long, device=self.device))  # the eager prefill
+        for w in self.widths:
+            self.forward(torch.zeros(1, w, dtype=torch.long, device=self.device))
+            self.rollback([1])
+        self.reset(1)
+
+    def reset(self, batch_size: int) -> None:
+        if batch_size != 1:
+            raise ValueError(f"CompiledTarget supports batch_size=1 only, got {batch_size}")
+        if self.cache is None or self.cache.device != self.device or self.cache.k.dtype != self.dtype:
+            slots = self.max_length + self.widths[-1]  # room for the spare rows of the last pass
+            self.cache = KVCache(self.config.n_layers, 1, self.config.n_kv_heads, self.config.head_dim,
+                                 slots, dtype=self.dtype, device=self.device)
+        else:
+            self.cache.reset()
+        self.last_hidden = self.last_hidden_layers = self._last_tree = None
 
     @torch.no_grad()
-    def generate(self, prompt_ids: list[int], max_new_tokens: int, eos_token_id: int | None = None) -> list[int]:
-        """The greedy continuation of ``prompt_ids``: at most ``max_new_tokens`` new tokens,
-        ending at ``eos_token_id`` (included) if given."""
-        if not prompt_ids:
-            raise ValueError("prompt_ids is empty")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if len(prompt_ids) + max_new_tokens > self.max_length:
-            raise ValueError(f"prompt ({len(prompt_ids)} tokens) plus max_new_tokens ({max_new_tokens}) exceeds "
-                             f"max_length ({self.max_length})")
-        device = self.model.embed.weight.device
-        self.cache.reset()
-        logits = self.model(torch.tensor([prompt_ids], device=device), self.cache, logits_to_keep=1)  # eager prefill
-        token = logits[:, -1].argmax(-1, keepdim=True)  # (1, 1)
-        new = [int(token)]
-        visible = torch.zeros(1, 1, 1, self.max_length, dtype=torch.bool, device=device)
-        visible[..., :len(prompt_ids)] = True
-        for position in range(len(prompt_ids), len(prompt_ids) + max_new_tokens - 1):
-            if eos_token_id is not None and new[-1] == eos_token_id:
-                break
-            visible[..., position] = True
-            with inductor_config.patch(freezing=True):  # weights as constants (the first call compiles)
-                logits = self.step(token, torch.tensor([position], device=device), self.cache.k, self.cache.v, visible)
-            token = logits.argmax(-1, keepdim=True)  # (1, 1)
-            new.append(int(token))
-        return new
+    def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None, *,
+                logits_to_keep: int | None = None) -> torch.Tensor:
+        """As :meth:`LlamaTarget.forward`; compiled when a width fits and all logits are wanted."""
+        cache = self._require_cache()
+        n = tokens.shape[-1]
+        if logits_to_keep is not None or tokens.dim() != 2 or tokens.shape[0] != 1 or n > self.widths[-1]:
+            self.eager_passes += 1
+            return super().forward(tokens, parents, logits_to_keep=logits_to_keep)  # checks its arguments
+        start = cache.length_list()[0]
+        if start + n > self.max_length:
+            raise ValueError(f"a row would hold {start + n} tokens, more than max_length={self.max_length} "
+                             "(prompt plus generation longer than the context)")
+        if parents is None:
+            ancestors = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
+            depth = torch.arange(n, device=self.device)
+            plist = list(range(-1, n - 1))
+        else:
+            if parents.shape != (n,):
+                raise ValueError(f"parents must have shape ({n},) for {n} tokens, got {tuple(parents.shape)}")
+            ancestors, depth = self._tree(parents)
+            plist = parents.tolist()
+        width = next(w for w in self.widths if w >= n)
+        padded = torch.zeros(1, width, dtype=torch.long, device=self.device)
+        padded[0, :n] = tokens[0]
+        positions = torch.zeros(1, width, dtype=torch.long, device=self.device)
+        positions[0, :n] = start + depth
+        visible = torch.zeros(1, 1, width, cache.max_length, dtype=torch.bool, device=self.device)
+        visible[..., :start] = True  # every row sees the cached context
+        visible[0, 0, :n, start:start + n] = ancestors
+        spare = torch.arange(n, width, device=self.device)
+        visible[0, 0, spare, start + spare] = True  # a spare row sees itself
+        slots = torch.arange(start, start + width, device=self.device)
+        with inductor_config.patch(freezing=True):  # weights as constants (the first pass of a width compiles)
+            logits, hidden = self.passes(padded, positions, slots, cache.k, cache.v, visible)
+        cache.appended(n)
+        self.compiled_passes += 1
+        self.last_hidden = hidden[:, :n]  # (1, N, D)
+        self._last_tree = ([start], plist, cache.length_list())
+        return logits[:, :n]  # (1, N, V) float32
+
+    __call__ = forward

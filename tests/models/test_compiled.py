@@ -1,50 +1,99 @@
-"""The compiled decode step (specbook.models.compiled) against the eager model it compiles."""
+"""The compiled target (specbook.models.compiled) against the eager model it compiles."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from specbook.decode import generate
+from specbook.decode import generate, speculative_generate
+from specbook.drafters.ngram import NGramDrafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
-from specbook.models.compiled import CompiledDecoder
+from specbook.models.compiled import CompiledTarget
 from specbook.sampling import GREEDY
 
 TINY = LlamaConfig(vocab_size=97, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=96,
                    max_position_embeddings=128)
 
 
-def eager_greedy(model, prompt: list[int], n: int, eos: int | None = None) -> list[int]:
-    target = LlamaTarget(model, max_length=64)
-    out = generate(target, torch.tensor([prompt]), n, params=GREEDY, eos_token_id=eos)
+def greedy(target, prompt: list[int], n: int, eos: int | None = None, drafter=None) -> list[int]:
+    ids = torch.tensor([prompt])
+    if drafter is None:
+        out = generate(target, ids, n, params=GREEDY, eos_token_id=eos)
+    else:
+        out = speculative_generate(target, drafter, ids, n, params=GREEDY, gamma=3, eos_token_id=eos)
     return out.new_tokens[0].tolist()
 
 
 @pytest.fixture(scope="module")
-def tiny_and_decoder():
+def tiny_and_target():
     model = LlamaModel(TINY).init_weights(std=0.3, generator=torch.Generator().manual_seed(0)).eval()
-    return model, CompiledDecoder(model, max_length=64, autotune=False)  # compiles on first use (tens of seconds)
+    target = CompiledTarget(model, max_length=64, widths=(1, 4, 7), autotune=False)
+    target.warm_up()  # compiles the three widths (tens of seconds)
+    return model, target
 
 
-def test_compiled_greedy_tokens_equal_the_eager_model(tiny_and_decoder):
-    model, decoder = tiny_and_decoder
-    for seed in range(3):  # the same compiled step serves every prompt: stale cache slots stay hidden
+def repetitive(seed: int, n: int) -> list[int]:
+    """A prompt that repeats itself, so prompt lookup finds drafts."""
+    base = torch.randint(0, 97, (6,), generator=torch.Generator().manual_seed(seed)).tolist()
+    return (base * n)[: 6 * n]
+
+
+def test_compiled_greedy_tokens_equal_the_eager_model(tiny_and_target):
+    model, target = tiny_and_target
+    eager = LlamaTarget(model, max_length=64)
+    for seed in range(3):  # the same graphs serve every prompt: stale cache slots stay hidden
         prompt = torch.randint(0, 97, (5 + 4 * seed,), generator=torch.Generator().manual_seed(seed)).tolist()
-        assert decoder.generate(prompt, 20) == eager_greedy(model, prompt, 20)
+        assert greedy(target, prompt, 20) == greedy(eager, prompt, 20)
+        prompt = repetitive(seed, 3)
+        passes = target.compiled_passes
+        drafted = greedy(target, prompt, 24, drafter=NGramDrafter(max_ngram=3))
+        assert drafted == greedy(eager, prompt, 24)  # chains of 3 drafts run at width 4
+        assert target.compiled_passes > passes
 
 
-def test_compiled_stops_at_eos_and_checks_its_arguments(tiny_and_decoder):
-    model, decoder = tiny_and_decoder
+def test_a_compiled_tree_pass_scores_and_keeps_as_the_eager_target(tiny_and_target):
+    model, target = tiny_and_target
+    eager = LlamaTarget(model, max_length=64)
+    prompt = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(5))
+    parents = torch.tensor([-1, 0, 0, 1, 2, 2])  # 6 nodes: width 7, one spare row
+    tokens = torch.tensor([[3, 5, 7, 9, 11, 13]])
+    for t in (target, eager):
+        t.reset(1)
+        t.prefill(prompt)
+    compiled, reference = target(tokens, parents), eager(tokens, parents)
+    torch.testing.assert_close(compiled, reference, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(target.last_hidden, eager.last_hidden, rtol=1e-4, atol=1e-4)
+    assert target.cache_lengths.tolist() == eager.cache_lengths.tolist() == [15]
+    for t in (target, eager):
+        t.keep([[0, 2, 5]])
+    torch.testing.assert_close(target(torch.tensor([[4, 6]])), eager(torch.tensor([[4, 6]])), rtol=1e-4, atol=1e-4)
+    # broken twin: the kept path's slots matter; keeping another path must change the next logits
+    for t in (target, eager):
+        t.rollback([12])
+    target.reset(1)
+    target.prefill(prompt)
+    target(tokens, parents)
+    target.keep([[0, 1, 3]])
+    assert not torch.allclose(target(torch.tensor([[4, 6]])), eager(torch.tensor([[4, 6]])), atol=1e-3)
+
+
+def test_compiled_stops_at_eos_and_checks_its_arguments(tiny_and_target):
+    model, target = tiny_and_target
     prompt = [3, 1, 4, 1, 5]
-    full = decoder.generate(prompt, 12)
+    full = greedy(target, prompt, 12)
     eos = full[4]
-    stopped = decoder.generate(prompt, 12, eos_token_id=eos)
-    assert stopped == full[:full.index(eos) + 1] == eager_greedy(model, prompt, 12, eos)
-    with pytest.raises(ValueError, match="max_new_tokens"):
-        decoder.generate(prompt, 0)
-    with pytest.raises(ValueError, match="exceeds max_length"):
-        decoder.generate(prompt, 60)
-    with pytest.raises(ValueError, match="empty"):
-        decoder.generate([], 3)
+    assert greedy(target, prompt, 12, eos) == full[:full.index(eos) + 1]
+    with pytest.raises(ValueError, match="batch_size=1"):
+        target.reset(2)
+    with pytest.raises(ValueError, match="width"):
+        CompiledTarget(model, max_length=64, widths=(0,), autotune=False)
+    target.reset(1)
+    target.prefill(torch.tensor([prompt]))
+    with pytest.raises(ValueError, match="cache was built"):
+        target.allow_width(9)
+    target.rollback([0])
+    target.prefill(torch.tensor([[1] * 62]))
+    with pytest.raises(ValueError, match="max_length=64"):
+        target(torch.tensor([[1, 2, 3]]))
 
 
 def test_the_bench_runs_the_compiled_engine_beside_specbook(tmp_path, monkeypatch):
@@ -76,9 +125,7 @@ def test_the_bench_runs_the_compiled_engine_beside_specbook(tmp_path, monkeypatc
         torch.set_num_threads(threads)
     report = json.loads(out.read_text())
     rows = {(r["engine"], r["drafter"]) for r in report["runs"]}
-    assert ("compiled", "none") in rows and ("compiled", "ngram") not in rows
-    assert {"engine": "compiled", "drafter": "ngram", "reason": "plain decoding only"} in report["skipped"]
-    compiled = [r for r in report["runs"] if r["engine"] == "compiled"]
-    specbook = {r["category"]: r for r in report["runs"] if r["engine"] == "specbook" and r["drafter"] == "none"}
-    for r in compiled:  # float32: the same greedy tokens as the eager model
-        assert r["output_ids_sha256"] == specbook[r["category"]]["output_ids_sha256"]
+    assert {("compiled", "none"), ("compiled", "ngram")} <= rows
+    specbook = {(r["category"], r["drafter"]): r for r in report["runs"] if r["engine"] == "specbook"}
+    for r in (r for r in report["runs"] if r["engine"] == "compiled"):  # float32: the eager model's greedy tokens
+        assert r["output_ids_sha256"] == specbook[(r["category"], r["drafter"])]["output_ids_sha256"]
