@@ -1,7 +1,8 @@
 """Which (engine, drafter) pairs one benchmark run times, and which it skips with the reason.
 
 specbook times every drafter; ``compiled`` (:mod:`specbook.models.compiled`) times them too, in one
-engine whose compiled pass widths fit every drafter's chain or tree (the sizes chosen for specbook's); transformers times the drafters it has an equivalent for; llama.cpp
+engine whose compiled pass widths fit every drafter's chain or tree (the sizes chosen for
+specbook's); transformers times the drafters it has an equivalent for; llama.cpp
 (:mod:`specbook.bench.llamacpp`, optional) plain decoding and prompt lookup.
 """
 from __future__ import annotations
