@@ -155,9 +155,7 @@ class CompiledTarget(LlamaTarget):
         if logits_to_keep is not None or tokens.dim() != 2 or tokens.shape[0] != 1 or n > self.widths[-1]:
             self.eager_passes += 1
             return super().forward(tokens, parents, logits_to_keep=logits_to_keep)  # checks its arguments
-        if tokens.device.type == "cpu" and not 0 <= int(tokens.min()) <= int(tokens.max()) < self.vocab_size:
-            raise ValueError(f"token ids must be in [0, {self.vocab_size}), got range "
-                             f"[{int(tokens.min())}, {int(tokens.max())}]")
+        self.model._check_inputs(tokens, None, None, None)  # the eager model's checks: N >= 1, ids in the vocabulary
         start = cache.length_list()[0]
         if start + n > self.max_length:
             raise ValueError(f"a row would hold {start + n} tokens, more than max_length={self.max_length} "

@@ -92,6 +92,8 @@ def test_compiled_stops_at_eos_and_checks_its_arguments(tiny_and_target):
         target.allow_width(9)
     with pytest.raises(ValueError, match="token ids"):
         target(torch.tensor([[3, 97]]))  # beyond the vocabulary: refused before the compiled pass
+    with pytest.raises(ValueError, match="at least one new token"):
+        target(torch.zeros(1, 0, dtype=torch.long))
     target.rollback([0])
     target.prefill(torch.tensor([[1] * 62]))
     with pytest.raises(ValueError, match="max_length=64"):
