@@ -25,21 +25,26 @@ def engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of
     Plain decoding verifies nothing (verifier None); transformers' drafts are judged by its own
     token-wise rule ("token")."""
     combos, skipped, hf = [], [], None
+
+    def make(d, target):
+        extra = {} if tree_of(d) is None else {"tree": tree_of(d)}
+        return get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device, dtype=dtype,
+                                   target=target, **extra)
+
+    def verifiers(d):
+        return [None] if d == "none" else args.verifiers
+
     if "specbook" in engines:
         for d in drafters:
-            extra = {} if tree_of(d) is None else {"tree": tree_of(d)}
-            obj = get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device, dtype=dtype,
-                                      target=sb.target, **extra)
-            combos.extend((sb, d, obj, v) for v in ([None] if d == "none" else args.verifiers))
+            obj = make(d, sb.target)
+            combos.extend((sb, d, obj, v) for v in verifiers(d))
     if "compiled" in engines:  # one engine: each new target compiles its own graphs
         engine = CompiledEngine(model, sb.target.max_length)
         for d in drafters:
-            extra = {} if tree_of(d) is None else {"tree": tree_of(d)}
-            obj = get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device, dtype=dtype,
-                                      target=engine.target, **extra)
+            obj = make(d, engine.target)
             if obj is not None:
                 engine.target.allow_width(draft_width(obj, gamma_of(d)) + 1)  # the pending token and the draft
-            combos.extend((engine, d, obj, v) for v in ([None] if d == "none" else args.verifiers))
+            combos.extend((engine, d, obj, v) for v in verifiers(d))
         engine.target.warm_up()  # every width compiled before anything is timed
     if "transformers" in engines:
         from transformers import LlamaForCausalLM
