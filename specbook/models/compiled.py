@@ -138,13 +138,12 @@ class CompiledTarget(LlamaTarget):
     def reset(self, batch_size: int) -> None:
         if batch_size != 1:
             raise ValueError(f"CompiledTarget supports batch_size=1 only, got {batch_size}")
-        if self.cache is None or self.cache.device != self.device or self.cache.k.dtype != self.dtype:
-            slots = self.max_length + self.widths[-1]  # room for the spare rows of the last pass
-            self.cache = KVCache(self.config.n_layers, 1, self.config.n_kv_heads, self.config.head_dim,
-                                 slots, dtype=self.dtype, device=self.device)
-        else:
-            self.cache.reset()
-        self.last_hidden = self.last_hidden_layers = self._last_tree = None
+        super().reset(batch_size)
+
+    def _new_cache(self, batch_size: int) -> KVCache:
+        slots = self.max_length + self.widths[-1]  # room for the spare rows of the last pass
+        return KVCache(self.config.n_layers, batch_size, self.config.n_kv_heads, self.config.head_dim,
+                       slots, dtype=self.dtype, device=self.device)
 
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None, *,

@@ -105,10 +105,13 @@ class LlamaTarget:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         c = self.cache
         if c is None or c.batch_size != batch_size or c.device != self.device or c.k.dtype != self.dtype:
-            self.cache = self.model.make_cache(batch_size, self.max_length)
+            self.cache = self._new_cache(batch_size)
         else:
             self.cache.reset()
         self.last_hidden = self.last_hidden_layers = self._last_tree = None
+
+    def _new_cache(self, batch_size: int):
+        return self.model.make_cache(batch_size, self.max_length)
 
     def _require_cache(self):
         if self.cache is None:
