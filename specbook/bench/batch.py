@@ -187,7 +187,8 @@ def run_batch(args) -> dict:
                 "traces": run_traces(target, drafters, tokenizer, args, params, progress)}
     costs = measure_costs(model, target, drafters, args, progress)
     combos = [("none", "fixed")] + [(d, p) for d in args.drafters if d != "none" for p in args.policy]
-    priced = {d: BatchCosts(costs["v"], costs["c"].get(d, 0.0), costs["catch_up"].get(d, 0.0))
+    priced = {d: BatchCosts(costs["v"], costs["c"].get(d, 0.0), costs["catch_up"].get(d, 0.0),
+                            costs["t1_seconds"])
               for d in args.drafters if d != "none"}
     loop_timed = bool(priced) and "adaptive" in args.policy and not args.forward_costs
     # one cache per run stepped side by side: the combos, and gammas 0..gamma when the loop is timed

@@ -8,8 +8,9 @@ samples, accepts, moves caches and drafts row by row in Python: work that is the
 gamma and so dilutes those ratios (measured on a 2-core CPU, SmolLM2-135M with its draft model at
 batch 1: gamma 3 priced 2.02 plain steps from the forwards, 1.53 in the loop).  So the command
 times the loop itself: one policy pinned to each gamma 0..G (:class:`PinnedGamma`), the G + 1
-runs stepped side by side (:func:`measure_loop_costs`), a line fitted through every pass's drafts
-and seconds (:func:`per_draft`), and the policy's steps priced with it (:class:`LoopCosts`,
+runs stepped side by side (:func:`measure_loop_costs`), each gamma priced from every pass's drafts
+and seconds (:func:`step_ratios`: the plain passes apart, a line through the drafting ones), and the
+policy's steps priced with it (:class:`LoopCosts`,
 :func:`loop_priced`).
 """
 from __future__ import annotations
@@ -77,8 +78,8 @@ def measure_loop_costs(targets: list, pinned: dict, batches: dict, *, max_new_to
     (prompt lookup drafts nothing where no row finds a match; rows that end leave the batch), so each
     pass is priced by what it verified: every pass of every run with all B rows (:func:`full_passes`;
     the first, which pays a model drafter's catch-up on the prompt, excluded) is a point (K, seconds),
-    a line is fitted through them (:func:`per_draft`), and T_B(g) / T_B(0) = 1 + g b / a with the
-    median of b / a over ``rounds`` rounds.  (The median of all passes of the run pinned to g, used
+    and :func:`step_ratios` prices each gamma from them: the plain passes apart, a line through the
+    passes that drafted; T_B(g) is the median over ``rounds`` rounds.  (The median of all passes of the run pinned to g, used
     before, priced gamma 4 at batch 8 at 1.30 plain steps on prompts the scheduler was never tuned on,
     where the passes that verified 8 x 5 positions cost 1.83.)  Where no round has passes of two
     draft lengths, the ratios of the runs' medians stand in, fitted with :func:`straight`."""
@@ -96,7 +97,7 @@ def measure_loop_costs(targets: list, pinned: dict, batches: dict, *, max_new_to
                              f"got gammas {[p.gamma for p in policies]}")
         out[d] = {"step": {}, "step_raw": {}, "seconds": {}, "fitted": {}}
         for B, batch in batches.items():
-            lines, medians, points = [], {g: [] for g in gammas}, []
+            fits, medians, points = [], {g: [] for g in gammas}, []
             for r in range(rounds):
                 runs = {g: Run(targets[g], policies[g], batch, max_new_tokens=new_tokens, gamma=gammas[-1], seed=seed,
                                params=params, eos=eos) for g in gammas}
@@ -106,18 +107,17 @@ def measure_loop_costs(targets: list, pinned: dict, batches: dict, *, max_new_to
                                      f"(got {max_new_tokens})")
                 timed = [p for run in runs.values() for p in full_passes(run, len(batch))]
                 points += timed
-                lines.append(per_draft(timed))
+                fits.append(step_ratios(timed, gammas[-1]))
                 for g, run in runs.items():
                     medians[g].append(statistics.median(run.passes[1:]))
                 bar.update(1)
-            fits = [(a, b) for a, b in filter(None, lines) if a > 0]
+            fits = list(filter(None, fits))
             by_k = {k: statistics.median(s for kk, s in points if kk == k) for k in {k for k, _ in points}}
             out[d]["step_raw"][B] = [by_k[g] / by_k[0] if g in by_k and 0 in by_k else None for g in gammas[1:]]
             out[d]["fitted"][B] = bool(fits)
             if fits:
-                slope = statistics.median(max(b, 0.0) / a for a, b in fits)
-                out[d]["seconds"][B] = statistics.median(a for a, _ in fits)
-                out[d]["step"][B] = [max(1.0 + slope * g, 1.0) for g in gammas[1:]]
+                out[d]["seconds"][B] = statistics.median(plain for plain, _ in fits)
+                out[d]["step"][B] = [statistics.median(ratios[g - 1] for _, ratios in fits) for g in gammas[1:]]
             else:
                 out[d]["seconds"][B] = statistics.median(medians[0])
                 out[d]["step"][B] = straight([statistics.median(a / b for a, b in zip(medians[g], medians[0]))
@@ -145,6 +145,35 @@ def per_draft(points: list[tuple[int, float]]) -> tuple[float, float] | None:
     return statistics.median(s - b * k for k, s in points), b
 
 
+def step_ratios(points: list[tuple[int, float]], gamma_max: int) -> tuple[float, list[float]] | None:
+    """(seconds of a plain step, [T(1), ..., T(gamma_max)]) from passes ``points`` (K, seconds); None
+    without plain passes or without two draft lengths to draw a line through.
+
+    A step that drafts costs more than a plain one by a jump, then by a little per draft: it verifies
+    two positions or more, where the model's products switch from a one-row kernel to a matrix one,
+    and the loop accepts and rolls back.  (Measured on a 2-core AVX2 CPU in float32, prompt lookup at
+    batch 1: a step verifying 1, 2, 3 or 4 drafts took 1.60, 1.70, 1.56 and 1.74 plain steps, where one
+    line through all the passes priced them 1.27, 1.54, 1.80 and 2.07: short drafts looked cheap, long
+    ones dear, and the policy drafted 1 or 2 tokens where 4 paid.)  So the plain passes give their
+    median a, a line a' + b' K goes through the passes that drafted (:func:`per_draft`), and
+    T(g) = (a' + b' g) / a, never below 1 nor falling with g.  Without two draft lengths among the
+    drafting passes one line through all the passes stands in."""
+    plain = [s for k, s in points if k == 0]
+    drafting = [(k, s) for k, s in points if k > 0]
+    if not plain:
+        return None
+    a = statistics.median(plain)
+    line = per_draft(drafting) or per_draft(points)
+    if line is None or a <= 0:
+        return None
+    a1, b1 = line if line[1] >= 0 else (statistics.median(s for _, s in drafting or points), 0.0)
+    ratios, floor = [], 1.0
+    for g in range(1, gamma_max + 1):
+        floor = max(floor, (a1 + b1 * g) / a)
+        ratios.append(floor)
+    return a, ratios
+
+
 def straight(ratios: list[float]) -> list[float]:
     """The least-squares line a + b gamma through T(1), ..., T(G), kept above 1 and non-decreasing.
 
@@ -166,4 +195,5 @@ def loop_priced(costs: BatchCosts, loop: dict, t1_seconds: dict) -> LoopCosts:
     catch_up = costs.catch_up
     if isinstance(catch_up, dict):
         catch_up = {B: c * t1_seconds[B] / loop["seconds"][B] for B, c in catch_up.items() if B in loop["seconds"]}
-    return LoopCosts(costs.verify_cost, costs.draft_cost, catch_up, step_cost=dict(loop["step"]))
+    return LoopCosts(costs.verify_cost, costs.draft_cost, catch_up, dict(loop["seconds"]),
+                     step_cost=dict(loop["step"]))

@@ -13,7 +13,7 @@ import torch
 from specbook import theory
 from specbook.bench import batch as batch_cmd
 from specbook.bench.batch_calibration import (LoopCosts, PinnedGamma, full_passes, measure_loop_costs, per_draft,
-                                              straight)
+                                              step_ratios, straight)
 from specbook.bench.batch_costs import (adaptive_vs_best, crossovers, measured_hardware, roofline_crossover,
                                         roofline_speedup)
 from specbook.bench.batch_runs import PrefillOnce, Run, StepLog, side_by_side
@@ -150,6 +150,29 @@ def test_policy_drafts_for_the_rows_furthest_behind():
     assert swapped.propose([torch.tensor(c) for c in ([4, 5, 9], [1, 2, 3, 9, 9, 9, 9, 9])], 4, GREEDY).num_tokens > 0
 
 
+def test_rows_ahead_count_by_the_share_of_a_step_they_cost():
+    """Where a plain step with fewer rows is measurably cheaper, a row ahead that finishes sooner makes
+    every later step cheaper: its drafts are worth their price although the row behind gains nothing."""
+    ctx = [[1, 2, 3], [4, 5]]
+    after = [[1, 2, 3, 7, 7, 7, 7, 1], [4, 5, 9]]  # row 0 accepted all four drafts; row 1 is behind, unmatched
+
+    def second_step(plain_seconds):
+        policy = sched(_HalfMatched(), BatchCosts(FLAT, plain_seconds=plain_seconds), shadow=True, margin=0.0,
+                       prior=1e6, row_prior=1e6, prior_alpha=0.8)
+        policy.propose([torch.tensor(c) for c in ctx], 4, GREEDY)
+        return policy.propose([torch.tensor(c) for c in after], 4, GREEDY).num_tokens
+
+    costs = BatchCosts(FLAT, plain_seconds={1: 0.05, 2: 0.084})
+    assert costs.ahead_share(2, 1) == pytest.approx(1 - 0.05 / 0.084) and costs.ahead_share(2, 2) == 0.0
+    assert BatchCosts(STEEP).ahead_share(2, 1) == 0.0  # not measured: only the rows behind count
+    assert second_step({1: 0.05, 2: 0.084}) > 0  # a batch-2 step is 1.7 batch-1 steps: row 0 is worth drafting for
+    assert second_step({1: 0.084, 2: 0.084}) == 0  # the twin: a row more costs nothing, only the row behind counts
+    assert second_step(None) == 0
+    for bad in ({}, {0: 0.1}, {1: 0.0}, {1: -1.0}, [0.1]):
+        with pytest.raises(ValueError, match="plain_seconds"):
+            BatchCosts(STEEP, plain_seconds=bad)
+
+
 class _Sevens:
     """A chain drafter that always proposes token 7."""
 
@@ -255,6 +278,23 @@ def test_a_gamma_is_priced_by_the_passes_that_verified_it():
     assert per_draft([(0, 1.0), (0, 1.2)]) is None and per_draft([]) is None  # no two draft lengths
 
 
+def test_a_drafting_step_is_priced_by_a_jump_then_a_line():
+    """Verifying any drafts costs a jump over a plain step, then a little per draft (the shape measured
+    at batch 1 on an AVX2 CPU); one line through every pass would price short drafts far too cheap."""
+    points = [(0, 1.0)] * 6 + [(1, 1.6), (2, 1.65), (3, 1.7), (4, 1.75)] * 2 + [(0, 5.0)]  # one slowed pass
+    plain, ratios = step_ratios(points, 4)
+    assert plain == pytest.approx(1.0) and ratios == pytest.approx([1.6, 1.65, 1.7, 1.75])
+    a, b = per_draft(points)  # the broken twin: the old single line
+    old = [(a + b * g) / a for g in range(1, 5)]
+    assert old[0] < 1.3 and old[1] < 1.45  # one or two drafts priced far below the 1.6 they cost
+    # one draft length among the drafting passes: one line through all of them stands in
+    assert step_ratios([(0, 1.0), (0, 1.0), (4, 1.4), (4, 1.4)], 4)[1] == pytest.approx([1.1, 1.2, 1.3, 1.4])
+    # never below a plain step, never cheaper with more drafts
+    assert step_ratios([(0, 1.0), (1, 1.5), (2, 1.3)], 3)[1] == pytest.approx([1.4, 1.4, 1.4])
+    assert step_ratios([(0, 1.0), (1, 0.8), (2, 0.9)], 2)[1] == pytest.approx([1.0, 1.0])
+    assert step_ratios([(2, 1.0), (3, 1.1)], 4) is None and step_ratios([(0, 1.0)], 4) is None
+
+
 def test_the_batch_policy_adds_a_margin_only_to_forward_timed_costs():
     """Loop-timed costs already hold the loop's per-row work; the forwards' do not."""
     from types import SimpleNamespace
@@ -298,7 +338,7 @@ def test_pinned_policy_and_loop_costs_on_toy_models():
     assert [max(s.gamma for s in p.steps) for p in pinned] == [0, 1, 2]  # each drafted its own gamma
     assert len(loop["draft"]["step"][2]) == 2 and loop["draft"]["seconds"][2] > 0 and loop["draft"]["fitted"][2]
     t1, t2 = loop["draft"]["step"][2]
-    assert t2 - 1 == pytest.approx(2 * (t1 - 1)) and t1 >= 1  # one line through the passes: 1 + g b / a
+    assert t2 >= t1 >= 1
     assert len(loop["draft"]["step_raw"][2]) == 2
     with pytest.raises(ValueError, match="targets"):
         measure_loop_costs(targets[:2], {"draft": pinned}, {2: PROMPTS[:2]}, **settings)
