@@ -118,7 +118,7 @@ def render(path: str | Path, report: dict) -> str:
     parts = [caption(path, report), runs_table(report), bullets(report)]
     parts.append("Costs measured before the runs: t(B, 1) and v_B(n) = t(B, n) / t(B, 1) time the target's "
                  "forward alone, c_B one draft-model step over one target step; T_B(gamma) is one step of the "
-                 "decode loop drafting gamma tokens over one drafting none (fitted with a line in gamma), "
+                 "decode loop drafting gamma tokens over one drafting none (fitted to the passes the loop timed), "
                  "the cost the scheduler priced its steps with." if report["costs"].get("loop") else
                  "Costs measured before the runs: t(B, 1) and v_B(n) = t(B, n) / t(B, 1) time the target's "
                  "forward alone, c_B one draft-model step over one target step.")
