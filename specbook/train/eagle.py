@@ -150,7 +150,7 @@ def _epoch(lengths: torch.Tensor, batch_sequences: int, generator: torch.Generat
 
 def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, epochs: float = 2.0,
                 batch_sequences: int = 8, lr: float = 1e-3, w_cls: float = 0.1, noise: float = 0.1,
-                unroll_steps: int = 1, step_weights: tuple[float, ...] = (1.0, 0.5, 0.25), seed: int = 0,
+                unroll_steps: int = 1, step_weights: tuple[float, ...] | None = None, seed: int = 0,
                 intermediate_size: int | None = None, weight_decay: float = 0.0,
                 val_seqs: list[int] | None = None, val_gamma: int = 5, progress: bool = True,
                 time_limit_s: float | None = None, max_steps: int | None = None, world: World | None = None,
@@ -162,11 +162,15 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     a few hundred replies are little data for a head of four million weights).  Training stops
     after ``time_limit_s`` seconds or ``max_steps`` steps (the learning-rate schedule still
     spans ``epochs``), whichever comes first; the step count is the reproducible one.
+    ``step_weights``: the loss weight of each unroll step, one per step (default 0.5 ** j for step j).
     ``world`` and ``checkpoints``: data-parallel ranks and checkpoints, as in :func:`train_medusa`.
     """
     if epochs <= 0 or batch_sequences < 1 or unroll_steps < 1:
         raise ValueError(f"need epochs > 0, batch_sequences >= 1, unroll_steps >= 1; got {epochs}, "
                          f"{batch_sequences}, {unroll_steps}")
+    step_weights = tuple(0.5**j for j in range(unroll_steps)) if step_weights is None else tuple(step_weights)
+    if len(step_weights) != unroll_steps or any(not w >= 0 for w in step_weights):
+        raise ValueError(f"step_weights needs one weight >= 0 per unroll step ({unroll_steps}), got {step_weights}")
     world = world or World()
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # the head's initial weights (nn.Linear draws from the global generator)
@@ -275,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
         ("--batch-sequences", dict(type=positive_int, default=8, help="sequences per step (all processes together)")),
         "--lr", ("--w-cls", dict(type=nonnegative_float, default=0.5, help="weight of the token loss (EAGLE: 0.1)")),
         ("--noise", dict(type=nonnegative_float, default=0.1, help="half-width of the uniform feature noise")),
-        ("--unroll", dict(type=positive_int, default=2, help="training steps of the head feeding on itself")),
+        ("--unroll", dict(type=positive_int, default=2, help="training steps of the head feeding on itself (step j weighs 0.5 ** j in the loss)")),
         ("--weight-decay", dict(type=nonnegative_float, default=0.01, help="AdamW weight decay")), "--time-limit",
         "--max-steps",
     ], shipped="head", default_name=DEFAULT_NAME)

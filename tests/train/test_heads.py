@@ -326,6 +326,30 @@ def test_eagle_training_lowers_the_loss_is_deterministic_and_round_trips(tmp_pat
     assert meta["note"] == "tiny"
 
 
+def test_every_unroll_step_weighs_in_the_eagle_loss():
+    """Step j of the unroll is weighted 0.5 ** j by default, however many steps there are; a list of
+    weights that does not cover every step is refused (a zip over three default weights used to
+    drop the fourth step and later ones from the loss without a word)."""
+    model = tiny_model(std=0.5)
+    fs = tiny_data(model)
+    fit, _ = validation_indices(fs, every=4)
+    vocab = tiny_vocab(model)
+
+    def first_loss(**kw):
+        _, log = train_eagle(fs, model, fit, vocab=vocab, epochs=1, batch_sequences=3, max_steps=1, progress=False,
+                             **kw)
+        return log["loss"][0][1]
+
+    four = first_loss(unroll_steps=4)
+    assert four == first_loss(unroll_steps=4, step_weights=(1.0, 0.5, 0.25, 0.125))
+    dropped = first_loss(unroll_steps=4, step_weights=(1.0, 0.5, 0.25, 0.0))  # the old behaviour: a twin
+    assert four > dropped + 1e-3
+    assert first_loss(unroll_steps=2) == first_loss(unroll_steps=2, step_weights=(1.0, 0.5))  # shipped recipe
+    for bad in ((1.0, 0.5), (1.0, 0.5, -1.0), (1.0, float("nan"), 0.5)):
+        with pytest.raises(ValueError, match="step_weights"):
+            first_loss(unroll_steps=3, step_weights=bad)
+
+
 def test_warmup_cosine_is_each_trainers_former_schedule():
     """One schedule module; both joins reproduce the formulas the shipped weights were trained with."""
     from specbook.train.schedule import warmup_cosine, warmup_cosine_factor
