@@ -279,7 +279,8 @@ def main(argv: list[str] | None = None) -> None:
         ("--batch-sequences", dict(type=positive_int, default=8, help="sequences per step (all processes together)")),
         "--lr", ("--w-cls", dict(type=nonnegative_float, default=0.5, help="weight of the token loss (EAGLE: 0.1)")),
         ("--noise", dict(type=nonnegative_float, default=0.1, help="half-width of the uniform feature noise")),
-        ("--unroll", dict(type=positive_int, default=2, help="training steps of the head feeding on itself (step j weighs 0.5 ** j in the loss)")),
+        ("--unroll", dict(type=positive_int, default=2,
+                          help="training steps of the head feeding on itself (step j weighs 0.5 ** j in the loss)")),
         ("--weight-decay", dict(type=nonnegative_float, default=0.01, help="AdamW weight decay")), "--time-limit",
         "--max-steps",
     ], shipped="head", default_name=DEFAULT_NAME)
