@@ -112,10 +112,10 @@ class CompiledEngine(SpecbookEngine):
         self.device = self.target.device
 
     def run(self, *args, **kwargs) -> RunResult:
-        eager = self.target.eager_passes
+        wide = self.target.wide_passes
         res = super().run(*args, **kwargs)
-        if self.target.eager_passes - eager > 1:  # more than the prefill: a draft wider than every width
-            warnings.warn(f"the compiled engine ran {self.target.eager_passes - eager - 1} verify passes eagerly: "
+        if self.target.wide_passes > wide:
+            warnings.warn(f"the compiled engine ran {self.target.wide_passes - wide} verify passes eagerly: "
                           f"drafts wider than its compiled widths {self.target.widths}", stacklevel=2)
         return res
 

@@ -111,7 +111,9 @@ class CompiledTarget(LlamaTarget):
         self.widths: tuple[int, ...] = ()
         for w in widths:
             self.allow_width(w)
-        self.compiled_passes = self.eager_passes = 0  # since construction (the prefill counts as eager)
+        # since construction: passes run compiled, run eagerly, and run eagerly after a prefill because
+        # they were wider than every compiled width (a drafter's pass the widths did not cover)
+        self.compiled_passes = self.eager_passes = self.wide_passes = 0
         raise_recompile_limit()
         self.passes = torch.compile(CompiledPass(model, max_length), fullgraph=True, dynamic=False,
                                     mode="max-autotune" if autotune else None)
@@ -153,6 +155,7 @@ class CompiledTarget(LlamaTarget):
         n = tokens.shape[-1]
         if logits_to_keep is not None or tokens.dim() != 2 or tokens.shape[0] != 1 or n > self.widths[-1]:
             self.eager_passes += 1
+            self.wide_passes += int(n > self.widths[-1] and max(cache.length_list()) > 0)
             return super().forward(tokens, parents, logits_to_keep=logits_to_keep)  # checks its arguments
         self.model._check_inputs(tokens, None, None, None)  # the eager model's checks: N >= 1, ids in the vocabulary
         start = cache.length_list()[0]

@@ -76,6 +76,22 @@ def test_a_compiled_tree_pass_scores_and_keeps_as_the_eager_target(tiny_and_targ
     assert not torch.allclose(target(torch.tensor([[4, 6]])), eager(torch.tensor([[4, 6]])), atol=1e-3)
 
 
+def test_passes_wider_than_every_width_are_counted_apart_from_the_prefill(tiny_and_target):
+    """The bench's warning reads ``wide_passes``: verify passes that ran eagerly because no compiled
+    width held them. A prefill is not one, whether it ran compiled (short) or eagerly (long)."""
+    _, target = tiny_and_target
+    for prompt, prefill_compiled in (([3, 1, 4], True), (list(range(1, 12)), False)):
+        target.reset(1)
+        counts = target.compiled_passes, target.eager_passes, target.wide_passes
+        target(torch.tensor([prompt]))  # the first pass: the prompt, 3 tokens (width 4) or 11 (eager)
+        assert target.wide_passes == counts[2]
+        assert (target.compiled_passes > counts[0]) == prefill_compiled != (target.eager_passes > counts[1])
+        target(torch.tensor([[5, 6, 7]]))  # width 4
+        assert target.wide_passes == counts[2]
+        target(torch.arange(1, 9)[None])  # 8 tokens: wider than 7, runs eagerly
+        assert target.wide_passes == counts[2] + 1
+
+
 def test_compiled_stops_at_eos_and_checks_its_arguments(tiny_and_target):
     model, target = tiny_and_target
     prompt = [3, 1, 4, 1, 5]
