@@ -392,6 +392,58 @@ for name in configs:
 # argmax, so even a perfect guesser of the argmax is accepted less often.
 
 # %% [markdown]
+# ## 5b. Training-time test: drafts that survive past the first
+#
+# At drafting time the EAGLE head feeds on its *own* predicted features: the
+# second draft reads the head's guess of z, not the target's z. A head trained
+# only on the target's true features (one unroll step, teacher forcing) has
+# never seen its own errors, so its later drafts fall apart. Training-time test
+# (EAGLE-3; HASS trains on the draft's rollouts in the same spirit) runs the
+# head on its own outputs for U steps during training and adds each step's loss,
+# weighted 0.5^j for step j (`train_eagle(..., unroll_steps=U)`). Below, the tiny
+# head is retrained with U = 1 and U = 3 beside the U = 2 head of section 4, on
+# the same replies and steps, and each is scored by the share of positions whose
+# first d drafts are all right. These are the replies it trained on (a random tiny
+# model has nothing to generalise), so the figure shows the mechanism, not a
+# held-out gain: the first draft barely moves, the later ones do.
+
+# %%
+t0 = time.perf_counter()
+depth_heads = {1: train_eagle(data, tiny, fit, vocab=vocab, epochs=40 if FAST else 80, batch_sequences=4, lr=5e-3,
+                              w_cls=1.0, unroll_steps=1, progress=False)[0],
+               2: eagle_head,
+               3: train_eagle(data, tiny, fit, vocab=vocab, epochs=40 if FAST else 80, batch_sequences=4, lr=5e-3,
+                              w_cls=1.0, unroll_steps=3, progress=False)[0]}
+by_depth = {u: chain_acceptance(h, tiny, data, fit, gamma=4)[1:].tolist() for u, h in depth_heads.items()}
+print(f"two more tiny heads trained and scored in {time.perf_counter() - t0:.1f} s")
+for u, acc in by_depth.items():
+    print(f"unroll {u}: first d drafts all right, d = 1..4:", [round(a, 2) for a in acc])
+plots.plot_curves([1, 2, 3, 4], {f"trained with {u} unroll step{'s' * (u > 1)}": acc for u, acc in by_depth.items()},
+                  "drafts d", "share of positions with d drafts right",
+                  title="Tiny EAGLE head: acceptance by depth")
+
+# %% [markdown]
+# On SmolLM2 the shipped head (trained with U = 2) records its held-out
+# acceptance by depth in its metadata; `docs/heads.md` compares heads trained
+# with U = 1 to 4 on the same replies, with the τ of 16- and 64-node trees.
+# What each extra node costs is a property of this machine: from the tree curve
+# of section 3b, a verify pass over n nodes costs v(n) plain passes, so the
+# nodes beyond the first cost (v(n) - 1) / (n - 1) of a pass each, and a
+# dynamic tree of depth d adds d head steps on top.
+
+# %%
+if USE_SMOLLM2:
+    from specbook.drafters.eagle import load_eagle
+
+    shipped_meta = load_eagle()[1]
+    print("shipped SmolLM2 EAGLE head (unroll", shipped_meta["training"]["unroll"], "), held-out, first d drafts "
+          "all right, d = 1..6:", shipped_meta["heldout"]["chain_survival_heldout"][1:])
+for name, cv in tree_curves.items():
+    per_node = [(v - 1) / (n - 1) for n, v in zip(cv["n"], cv["v"]) if n > 1]
+    print(f"{name:8s}: each node beyond the first costs " + ", ".join(
+        f"{c:.3f}" for c in per_node) + f" of a pass at n = {[n for n in cv['n'] if n > 1]}")
+
+# %% [markdown]
 # ## 6. Lossless tree verification vs typical acceptance
 #
 # Medusa also proposed *typical acceptance*: accept a candidate if the target
@@ -614,6 +666,9 @@ assert pvalues["lossless tree rule"] > LEVEL and pvalues["typical acceptance"] <
 #    verified with the heads' q is not, which is why the drafters hand their trees over as fixed.
 laws_found = list(sibling_laws.values())
 assert laws_found[0] == laws_found[1] == p_root and laws_found[2] != p_root
+# 7b. Training on its own outputs (section 5b): the head trained with 3 unroll steps keeps its second and third
+#     drafts right far more often than the teacher-forced one, on the replies both trained on.
+assert by_depth[3][1] > by_depth[1][1] + 0.2 and by_depth[3][2] > by_depth[1][2] + 0.2
 # 8. Exercise 1's tree: seven nodes, four leaves, and the deepest node's mask row holds it and its two ancestors.
 assert len(ex_tree.parents) == 7 and len(leaf_paths(ex_tree.parents)) == 4 and int(ex_mask[-1].sum()) == 3
 # 9. Your exercises and concept check, as graded above.
