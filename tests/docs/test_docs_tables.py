@@ -218,3 +218,19 @@ def test_batch_tables_refuses_what_it_cannot_render(tmp_path, capsys):
     assert batch_tables.main(["--write", str(page), str(good)]) == 0
     text = page.read_text()
     assert "old" not in text and text.startswith("a\n") and text.endswith("b\n") and "| drafter | policy |" in text
+
+
+def test_heads_page_shows_the_committed_unroll_json(capsys):
+    """docs/heads.md's training-time-test table is scripts/eagle_unroll.py's render of its JSON, and every
+    head's row carries what the trainer recorded (acceptance by depth non-increasing, tau of both trees)."""
+    eagle_unroll = _script("eagle_unroll")
+    path = ROOT / "docs" / "data" / "heads_unroll.json"
+    report = json.loads(path.read_text())
+    table = eagle_unroll.render(report)
+    assert table in (ROOT / "docs" / "heads.md").read_text(), (
+        "docs/heads.md does not show `python scripts/eagle_unroll.py --table docs/data/heads_unroll.json`")
+    assert eagle_unroll.main(["--table", str(path)]) == 0 and table in capsys.readouterr().out
+    for row in report["heads"]:
+        acc = row["acceptance_by_depth"]
+        assert all(a >= b for a, b in zip(acc, acc[1:])) and set(row["tau_tree"]) == {"16", "64"}
+    assert sorted(r["unroll"] for r in report["heads"][:4]) == [1, 2, 3, 4]
