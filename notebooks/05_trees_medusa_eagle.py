@@ -256,8 +256,8 @@ vocab = draft_vocabulary(data.select(fit), 48, always=(0,))
 t0 = time.perf_counter()
 medusa_heads, mlog = train_medusa(data, tiny, fit, num_heads=3, vocab=vocab, epochs=20 if FAST else 40,
                                   batch_size=64, lr=3e-2, progress=False)
-eagle_head, elog = train_eagle(data, tiny, fit, vocab=vocab, epochs=40 if FAST else 80, batch_sequences=4,
-                               lr=5e-3, w_cls=1.0, unroll_steps=2, progress=False)
+eagle_recipe = dict(vocab=vocab, epochs=40 if FAST else 80, batch_sequences=4, lr=5e-3, w_cls=1.0, progress=False)
+eagle_head, elog = train_eagle(data, tiny, fit, unroll_steps=2, **eagle_recipe)
 print(f"trained both in {time.perf_counter() - t0:.1f} s")
 print(f"Medusa loss {mlog['loss'][0][1]:.2f} -> {mlog['loss'][-1][1]:.2f}; "
       f"EAGLE loss {elog['loss'][0][1]:.2f} -> {elog['loss'][-1][1]:.2f}")
@@ -409,11 +409,8 @@ for name in configs:
 
 # %%
 t0 = time.perf_counter()
-depth_heads = {1: train_eagle(data, tiny, fit, vocab=vocab, epochs=40 if FAST else 80, batch_sequences=4, lr=5e-3,
-                              w_cls=1.0, unroll_steps=1, progress=False)[0],
-               2: eagle_head,
-               3: train_eagle(data, tiny, fit, vocab=vocab, epochs=40 if FAST else 80, batch_sequences=4, lr=5e-3,
-                              w_cls=1.0, unroll_steps=3, progress=False)[0]}
+depth_heads = {u: train_eagle(data, tiny, fit, unroll_steps=u, **eagle_recipe)[0] for u in (1, 3)}
+depth_heads = {1: depth_heads[1], 2: eagle_head, 3: depth_heads[3]}  # section 4's head trained with 2
 by_depth = {u: chain_acceptance(h, tiny, data, fit, gamma=4)[1:].tolist() for u, h in depth_heads.items()}
 print(f"two more tiny heads trained and scored in {time.perf_counter() - t0:.1f} s")
 for u, acc in by_depth.items():

@@ -29,6 +29,7 @@ from specbook.bench.workloads import load_prompts  # noqa: E402
 from specbook.decode import generate, speculative_generate  # noqa: E402
 from specbook.drafters.eagle import EagleDrafter, load_eagle  # noqa: E402
 from specbook.machine import machine_info  # noqa: E402
+from specbook.markdown import markdown_table, read_json  # noqa: E402
 from specbook.models import LlamaTarget  # noqa: E402
 from specbook.models.chat import chat_ids  # noqa: E402
 from specbook.sampling import GREEDY  # noqa: E402
@@ -66,15 +67,12 @@ def head_row(path: str, model, target, prompts: list, ids: list, refs: list, max
 
 def render(report: dict) -> str:
     """The report's table in Markdown (docs/heads.md shows it; a test holds the two together)."""
-    lines = ["| head | unroll steps | training steps | 1st draft | 2nd | 3rd | 4th | τ chain of 6 | "
-             "τ tree of 16 | τ tree of 64 | equal to plain |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in report["heads"]:
-        a, tau = r["acceptance_by_depth"], r["tau_tree"]
-        lines.append(f"| {r['head']} | {r['unroll']} | {r['steps']} | " + " | ".join(f"{x:.3f}" for x in a[:4])
-                     + f" | {r['tau_chain_6']:.2f} | {tau['16']:.2f} | {tau['64']:.2f} | "
-                     f"{r['equal_to_plain']}/{r['replies']} |")
-    return "\n".join(lines)
+    head = ["head", "unroll steps", "training steps", "1st draft", "2nd", "3rd", "4th", "τ chain of 6",
+            "τ tree of 16", "τ tree of 64", "equal to plain"]
+    rows = [[r["head"], r["unroll"], r["steps"], *(f"{x:.3f}" for x in r["acceptance_by_depth"][:4]),
+             f"{r['tau_chain_6']:.2f}", f"{r['tau_tree']['16']:.2f}", f"{r['tau_tree']['64']:.2f}",
+             f"{r['equal_to_plain']}/{r['replies']}"] for r in report["heads"]]
+    return markdown_table(head, rows, "lr")
 
 
 def main(argv=None) -> int:
@@ -87,7 +85,7 @@ def main(argv=None) -> int:
     p.add_argument("--json", dest="json_path")
     args = p.parse_args(argv)
     if args.table:
-        print(render(json.loads(Path(args.table).read_text(encoding="utf-8"))))
+        print(render(read_json(args.table)))
         return 0
     if not args.heads:
         p.error("name at least one head (or --table JSON)")
