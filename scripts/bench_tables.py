@@ -22,7 +22,10 @@ into docs/ can be traced to the file committed beside it:
 (f) when the report ran another engine beside specbook (llama.cpp: ``engine_ratios``), per drafter
     both ran: each engine's tokens/s, specbook's over the other's (median of per-prompt ratios, with
     the lowest and highest), and on how many prompts the other's greedy tokens equal specbook's plain
-    ones (the others starting at a near tie, when the report says so).
+    ones (the others starting at a near tie, when the report says so);
+(g) when the report ran llama.cpp: per category, specbook's fastest configuration (eager or compiled,
+    any drafter, by mean tokens/s over the category's prompts from ``per_prompt``) over llama.cpp's
+    plain decoding and its prompt lookup, and the mean of those ratios over the categories.
 
 ``--repeats`` reads several reports of one command (the same settings, each written by its own
 run) and prints one table instead:
@@ -32,7 +35,7 @@ run) and prints one table instead:
     a greedy run repeats its tokens, so its alpha is the same every time).
 
 Every number is copied from the report, only rounded; nothing is recomputed except the ratio
-of (b)'s last column, which divides two of the report's tokens/s, and (e)'s medians.  Reads JSON
+of (b)'s last column, which divides two of the report's tokens/s, (e)'s medians and (g)'s means.  Reads JSON
 only: no model, no torch.
 """
 from __future__ import annotations
@@ -151,12 +154,14 @@ def verify_cost_table(report: dict) -> str:
 
 
 def draft_sizes_table(report: dict) -> str:
-    """(d): the chain length or tree budget chosen per drafter, and the pilot behind it."""
+    """(d): the chain length or tree budget chosen per drafter, and the pilot behind it; the compiled
+    engine's own choices (``compiled_draft_sizes``) as rows marked "(compiled)"."""
     rows = []
-    for drafter, s in (report.get("draft_sizes") or {}).items():
-        pilot = ", ".join(f"{k}: {v}" for k, v in (s.get("pilot") or {}).items())
-        rows.append([drafter, s.get("kind", "-"), str(s.get("chosen", "-")),
-                     _num(s.get("predicted_speedup"), suffix="x"), pilot or "-"])
+    for key, engine in (("draft_sizes", ""), ("compiled_draft_sizes", " (compiled)")):
+        for drafter, s in (report.get(key) or {}).items():
+            pilot = ", ".join(f"{k}: {v}" for k, v in (s.get("pilot") or {}).items())
+            rows.append([drafter + engine, s.get("kind", "-"), str(s.get("chosen", "-")),
+                         _num(s.get("predicted_speedup"), suffix="x"), pilot or "-"])
     return markdown_table(["drafter", "kind", "chosen", "predicted speedup", "pilot (alpha, or tau per tree budget)"],
                           rows, "llr")
 
@@ -175,6 +180,35 @@ def versus_table(report: dict) -> str:
                      f"{v['specbook_over_engine_tokens_per_s_median']:.2f}x ({v['min']:.2f}-{v['max']:.2f})", same])
     return markdown_table(["engine / drafter", "specbook tok/s", "its tok/s", "specbook / it (range)",
                            "tokens = specbook plain"], rows, "lr")
+
+
+def best_table(report: dict) -> str:
+    """(g): per category, specbook's fastest configuration (any drafter, eager or compiled engine) by mean
+    tokens/s over the category's prompts, over llama.cpp's plain decoding and prompt lookup on the same
+    prompts; the last row averages the ratios over the categories.  Empty without llama.cpp rows."""
+    speed: dict = {}  # (engine, drafter, category) -> [tokens/s per prompt]
+    for r in report.get("per_prompt") or []:
+        if r.get("seconds"):
+            speed.setdefault((r["engine"], label(r), r["category"]), []).append(r["new_tokens"] / r["seconds"])
+    mean = {k: statistics.mean(v) for k, v in speed.items()}
+    rows, ratios = [], []
+    for cat in dict.fromkeys(c for _, _, c in speed):
+        ours = {(e, d): t for (e, d, c), t in mean.items() if c == cat and e in ("specbook", "compiled")}
+        plain, lookup = mean.get(("llamacpp", BASELINE, cat)), mean.get(("llamacpp", "ngram", cat))
+        if not ours or plain is None:
+            continue
+        (engine, drafter), best = max(ours.items(), key=lambda kv: kv[1])
+        ratio = (best / plain, None if lookup is None else best / lookup)
+        ratios.append(ratio)
+        rows.append([cat, f"{engine} / {drafter}", _num(best, 1), _num(plain, 1), _num(ratio[0], suffix="x"),
+                     _num(lookup, 1), _num(ratio[1], suffix="x")])
+    if not rows:
+        return ""
+    lookups = [b for _, b in ratios if b is not None]
+    rows.append(["mean over categories", "", "", "", _num(statistics.mean(a for a, _ in ratios), suffix="x"), "",
+                 _num(statistics.mean(lookups) if lookups else None, suffix="x")])
+    return markdown_table(["category", "fastest specbook configuration", "its tok/s", "llama.cpp plain tok/s",
+                           "over llama.cpp plain", "llama.cpp lookup tok/s", "over llama.cpp lookup"], rows, "llr")
 
 
 def throughput_caption(report: dict) -> str:
@@ -196,6 +230,8 @@ def render(path: str | Path, report: dict) -> str:
         (versus_table, "specbook against another engine, same drafter: tokens/s (median over prompts), specbook's "
                        "over the other's (median of per-prompt ratios, lowest-highest), prompts whose greedy tokens "
                        "equal specbook's plain decoding"),
+        (best_table, "The fastest lossless configuration per category against llama.cpp: mean tokens/s over the "
+                     "category's prompts (picking the fastest from the same run flatters it)"),
     ]
     blocks = []
     for make, what in parts:

@@ -25,7 +25,10 @@ engine; ``--ignore-eos`` makes every run exactly ``--max-new-tokens`` long inste
 (greedy only; :mod:`specbook.bench.llamacpp`) runs when ``llama_cpp`` is installed, else it is skipped.
 ``--dtype auto`` (default) is bfloat16 where the device multiplies it natively, else float32
 (:func:`specbook.models.auto_dtype`).  ``--gamma auto`` (default) sizes chains and trees from
-the verify-cost curve measured first and a short pilot of each drafter (:mod:`specbook.bench.sizing`).
+the verify-cost curve measured first and a short pilot of each drafter (:mod:`specbook.bench.sizing`);
+the ``compiled`` engine is then compiled at the widths ``COMPILED_WIDTHS`` (a pass of n positions runs
+at the narrowest width >= n), its own curve timed at those widths, and the same pilots sized again for
+it (``compiled_draft_sizes``: its passes cost differently from the eager model's).
 ``--verifier`` judges the specbook engine's sampled chain drafts token by token (``token``, default:
 :func:`specbook.verify.accept_chain`) or as a block (``block``: :func:`specbook.verify_block.accept_block`,
 Sun et al., ICLR 2025); ``token,block`` runs every drafter with both, side by side, one row each.
@@ -34,7 +37,7 @@ JSON layout (``--json``)::
 
     {"machine": {...}, "target": "...", "settings": {..., "dtype", "stop_at_eos"},
      "roofline": {"bandwidth_bytes_per_s", "sum_read_bandwidth_bytes_per_s", "weights_bytes", ...},
-     "draft_sizes": {drafter: {...}},
+     "draft_sizes": {drafter: {...}}, "compiled_draft_sizes": {drafter: {...}} (when the compiled engine ran),
      "runs": [{"engine", "drafter", "verifier", "verified_by", "category", "dtype", "gamma", "tree_budget", "prompts",
                "new_tokens", "seconds", "tokens_per_s", "tokens_per_s_total", "tau", "draft_efficiency",
                "drafting_steps", "draft_tokens", "accepted_tokens", "accepted_tokens_per_position",
@@ -88,11 +91,11 @@ from ..models.chat import chat_ids
 from ..models.dtype import DTYPE_NAMES, dtype_name, resolve_dtype
 from ..sampling import SamplingParams
 from .combos import engine_combos
-from .engines import VERIFIERS, RunResult, SpecbookEngine
+from .engines import VERIFIERS, CompiledEngine, RunResult, SpecbookEngine
 from .arguments import check_device, check_json_path, parse_gamma, plot_path
 from .registry import DRAFTERS, get_drafter
 from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256, versus_specbook
-from .sizing import size_chain, size_tree
+from .sizing import padded_curve, resize, size_chain, size_tree
 from .timing import add_roofline, matvec_read_bandwidth, memory_read_bandwidth, verify_cost_curve
 from .workloads import load_prompts, select
 
@@ -103,6 +106,7 @@ CURVE_CONTEXT = 128  # cached tokens before the timed forward of the verify-cost
 CURVE_POSITIONS = 17  # n = 1..17 new positions
 DEFAULT_GAMMA = 4  # chains when the verify-cost curve is skipped (--curve-reps 0)
 MAX_GAMMA = 16  # the longest chain --gamma auto may choose (17 positions: the curve's end)
+COMPILED_WIDTHS = (1, 2, 3, 5, 9, 17)  # the compiled engine's pass widths when it is sized by its own curve
 
 
 def parse_args(argv):
@@ -228,6 +232,21 @@ def size_drafters(args, sb: SpecbookEngine, model, tokenizer, drafters, pilot_id
     return sizes
 
 
+def size_compiled(args, model, max_length: int, context: list[int], sizes: dict, eager_curve: dict):
+    """(the compiled engine, compiled at every width of COMPILED_WIDTHS; its verify-cost curve at those
+    widths; {drafter: Sizing} for it): the eager pilots of ``sizes`` chosen again under the compiled
+    passes' costs (:func:`specbook.bench.sizing.resize`).  A pass of n positions runs at the narrowest
+    width >= n, so the compiled v(n) is the curve's value at that width (:func:`padded_curve`)."""
+    engine = CompiledEngine(model, max_length, COMPILED_WIDTHS)
+    engine.target.warm_up(progress=not args.no_progress)
+    curve = verify_cost_curve(engine.target, context, COMPILED_WIDTHS[-1], args.curve_reps, sizes=COMPILED_WIDTHS,
+                              progress=not args.no_progress)
+    v = padded_curve(curve, COMPILED_WIDTHS[-1])
+    ratio = eager_curve["seconds"][0] / curve["seconds"][0]  # t(1) eager over compiled
+    longest = min(MAX_GAMMA, COMPILED_WIDTHS[-1] - 1)  # a chain's pass fits the widest width
+    return engine, curve, {d: resize(z, v, ratio, longest) for d, z in sizes.items()}
+
+
 def run_bench(args) -> dict:
     from ..models.smollm2 import load_smollm2
 
@@ -254,27 +273,36 @@ def run_bench(args) -> dict:
     sum_read = [memory_read_bandwidth(device=args.device)]  # summing a large buffer, kept for comparison
     first_of_category = list({p.category: ids for p, ids in zip(prompts, prompt_ids)}.values())
     sizes = size_drafters(args, sb, model, tokenizer, drafters, first_of_category, curves.get("specbook"), dtype, eos)
+    compiled, by_engine = None, {}
+    if "compiled" in engines and sizes:  # the compiled engine sized by its own passes' costs
+        compiled, curves["compiled"], by_engine["compiled"] = size_compiled(args, model, max_length, context, sizes,
+                                                                            curves["specbook"])
 
-    def gamma_of(d):
-        return sizes[d].chosen if d in sizes and sizes[d].kind == "chain" else (args.fixed_gamma or DEFAULT_GAMMA)
+    def gamma_of(d, engine="specbook"):
+        z = by_engine.get(engine, sizes).get(d)
+        return z.chosen if z is not None and z.kind == "chain" else (args.fixed_gamma or DEFAULT_GAMMA)
 
-    def tree_of(d):
-        return sizes[d].chosen if d in sizes and sizes[d].kind == "tree" else None
+    def tree_of(d, engine="specbook"):
+        z = by_engine.get(engine, sizes).get(d)
+        return z.chosen if z is not None and z.kind == "tree" else None
 
-    combos, skipped, hf = engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of)
+    combos, skipped, hf = engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of,
+                                        compiled)
     for engine, d, obj, verifier in combos:  # warm-up: first calls allocate caches and pick kernels
-        engine.run(prompt_ids[0][:32], obj, params, 4, gamma_of(d), _gen(args, 0), verifier=verifier or "token")
+        engine.run(prompt_ids[0][:32], obj, params, 4, gamma_of(d, engine.name), _gen(args, 0),
+                   verifier=verifier or "token")
     records, outputs = [], {}
     bar = tqdm(total=len(prompts) * len(combos), desc="bench", disable=args.no_progress, file=sys.stderr)
     for i, (prompt, ids) in enumerate(zip(prompts, prompt_ids)):
         shift = i % len(combos)
         for engine, d, obj, verifier in combos[shift:] + combos[:shift]:
-            res: RunResult = engine.run(ids, obj, params, args.max_new_tokens, gamma_of(d), _gen(args, i), eos,
+            gamma, tree = gamma_of(d, engine.name), tree_of(d, engine.name)
+            res: RunResult = engine.run(ids, obj, params, args.max_new_tokens, gamma, _gen(args, i), eos,
                                         verifier=verifier or "token")
             records.append({"engine": engine.name, "drafter": d, "verifier": verifier, "verified_by": res.verified_by,
                             "id": prompt.id, "category": prompt.category,
-                            "dtype": dtype_name(dtype), "gamma": None if tree_of(d) or d == "none" else gamma_of(d),
-                            "tree_budget": tree_of(d), "prompt_tokens": len(ids), "new_tokens": len(res.new_ids),
+                            "dtype": dtype_name(dtype), "gamma": None if tree or d == "none" else gamma,
+                            "tree_budget": tree, "prompt_tokens": len(ids), "new_tokens": len(res.new_ids),
                             "seconds": res.seconds, "passes": res.passes, "emitted": res.emitted,
                             "proposed": res.proposed, "accepted": res.accepted, **res.counters(),
                             "sha256": ids_sha256(res.new_ids)})
@@ -304,6 +332,7 @@ def run_bench(args) -> dict:
                          "prompts_file": args.prompts or "built-in", "seed": args.seed, "stop_at_eos": eos is not None,
                          "eos_token_id": eos, "command": "python -m specbook bench " + " ".join(args.argv)},
             "roofline": roofline, "draft_sizes": {d: z.as_json() for d, z in sizes.items()},
+            **{f"{e}_draft_sizes": {d: z.as_json() for d, z in zs.items()} for e, zs in by_engine.items()},
             "runs": runs, "overall": overall, "skipped": skipped, "engine_ratio": engine_ratio(records, params.greedy),
             "engine_ratios": versus, "verify_cost": curves, "per_prompt": records}
 

@@ -1,9 +1,10 @@
 """Which (engine, drafter) pairs one benchmark run times, and which it skips with the reason.
 
 specbook times every drafter; ``compiled`` (:mod:`specbook.models.compiled`) times them too, in one
-engine whose compiled pass widths fit every drafter's chain or tree (the sizes chosen for
-specbook's); transformers times the drafters it has an equivalent for; llama.cpp
-(:mod:`specbook.bench.llamacpp`, optional) plain decoding and prompt lookup.
+engine: either the one the benchmark sized by its own verify-cost curve (its widths cover every
+draft), or, without that curve, one whose compiled widths fit the sizes chosen for specbook's;
+transformers times the drafters it has an equivalent for; llama.cpp
+(:mod:`specbook.bench.llamacpp`, optional) plain decoding and prompt lookup (with specbook's sizes).
 """
 from __future__ import annotations
 
@@ -19,16 +20,21 @@ def draft_width(drafter, gamma: int) -> int:
     return tree.num_nodes if hasattr(tree, "num_nodes") else len(tree.parents)  # EAGLE's dynamic, Medusa's fixed
 
 
-def engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of):
+def engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of, compiled=None):
     """Every (engine, drafter, verifier) to time: ([(engine, drafter name, drafter object or generate
     kwargs, verifier name or None)], [skipped pairs with the reason], transformers' model or None).
     Plain decoding verifies nothing (verifier None); transformers' drafts are judged by its own
-    token-wise rule ("token")."""
+    token-wise rule ("token").
+
+    gamma_of(d, engine="specbook"), tree_of(d, engine="specbook"): the chain length and tree budget
+    of drafter ``d`` for an engine (the compiled engine's own when it was sized apart).
+    compiled: a :class:`CompiledEngine` already built and compiled for every draft width, or None
+    (then one is built here with the widths the chosen sizes need)."""
     combos, skipped, hf = [], [], None
 
-    def make(d, target):
-        extra = {} if tree_of(d) is None else {"tree": tree_of(d)}
-        return get_drafter(d).make(model, tokenizer, gamma=gamma_of(d), device=args.device, dtype=dtype,
+    def make(d, target, engine="specbook"):
+        extra = {} if tree_of(d, engine) is None else {"tree": tree_of(d, engine)}
+        return get_drafter(d).make(model, tokenizer, gamma=gamma_of(d, engine), device=args.device, dtype=dtype,
                                    target=target, **extra)
 
     def verifiers(d):
@@ -39,13 +45,14 @@ def engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of
             obj = make(d, sb.target)
             combos.extend((sb, d, obj, v) for v in verifiers(d))
     if "compiled" in engines:  # one engine: each new target compiles its own graphs
-        engine = CompiledEngine(model, sb.target.max_length)
+        engine = compiled or CompiledEngine(model, sb.target.max_length)
         for d in drafters:
-            obj = make(d, engine.target)
-            if obj is not None:
-                engine.target.allow_width(draft_width(obj, gamma_of(d)) + 1)  # the pending token and the draft
+            obj = make(d, engine.target, "compiled")
+            if obj is not None and compiled is None:
+                engine.target.allow_width(draft_width(obj, gamma_of(d, "compiled")) + 1)  # pending token + draft
             combos.extend((engine, d, obj, v) for v in verifiers(d))
-        engine.target.warm_up()  # every width compiled before anything is timed
+        if compiled is None:
+            engine.target.warm_up(progress=not getattr(args, "no_progress", True))  # every width compiled before anything is timed
     if "transformers" in engines:
         from transformers import LlamaForCausalLM
 

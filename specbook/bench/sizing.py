@@ -113,3 +113,33 @@ def size_tree(target, make: Callable[[int], object], budgets: Sequence[int], pro
     return Sizing("tree", best, scores[best], taus,
                   f"argmax of tau(N) / (c(N) + v(N + 1)) over budgets {list(runs)}, tau and c (drafting time per "
                   f"pass over the target's t(1)) from a pilot of {len(prompts)} prompt(s) x {PILOT_NEW_TOKENS} tokens", c)
+
+
+def padded_curve(curve: dict, n_max: int) -> list[float]:
+    """v(1), ..., v(n_max) of an engine that runs a pass of n positions at the narrowest measured
+    width W >= n (the compiled engine pads a pass to one of its compiled widths), from a curve
+    measured at those widths only (``verify_cost_curve(..., sizes=widths)``): v(n) = v(W)."""
+    at = dict(zip(curve["n"], curve["v"]))
+    if n_max < 1 or max(at) < n_max:
+        raise ValueError(f"n_max must lie in 1..{max(at)} (the widest width measured), got {n_max!r}")
+    return [at[min(w for w in at if w >= n)] for n in range(1, n_max + 1)]
+
+
+def resize(sizing: Sizing, v: Sequence[float], step_ratio: float = 1.0, max_gamma: int = 16) -> Sizing:
+    """The same drafter sized for another engine: its pilot (alpha, or tau per budget, and the
+    drafting time) kept, the choice made again under that engine's verify cost ``v``.
+
+    step_ratio: the pilot engine's one-position pass over this engine's, t(1) / t'(1); drafting
+    takes as long in either, so c'(N) = c(N) x step_ratio (a faster target step makes the same
+    drafting a larger share of it)."""
+    if not step_ratio > 0:
+        raise ValueError(f"step_ratio must be > 0, got {step_ratio!r}")
+    if sizing.kind == "chain":
+        gamma, predicted = choose_gamma(sizing.pilot["alpha"], v, 0.0, max_gamma)
+        return Sizing("chain", gamma, predicted, dict(sizing.pilot), sizing.source + "; v of this engine")
+    cost = CostCurve(v).after
+    c = {b: cb * step_ratio for b, cb in sizing.draft_cost.items()}
+    scores = {b: tau / (c.get(b, 0.0) + cost(b)) for b, tau in sizing.pilot.items()}
+    best = max(scores, key=lambda b: (scores[b], -b))
+    return Sizing("tree", best, scores[best], dict(sizing.pilot),
+                  sizing.source + f"; v of this engine, c scaled by its t(1) ({step_ratio:.3f})", c)

@@ -30,6 +30,7 @@ import torch._inductor.config as inductor_config
 import torch.nn.functional as F
 from torch import nn
 
+from ..progress import progress_bar
 from .cache import KVCache
 from .llama import LlamaModel, rotate_half
 from .target import LlamaTarget
@@ -128,11 +129,12 @@ class CompiledTarget(LlamaTarget):
                              "allow every width before the first reset")
         self.widths = tuple(sorted({*self.widths, width}))
 
-    def warm_up(self) -> None:
-        """Compile every width now (a dummy pass each, on a scratch cache), not in a timed pass."""
+    def warm_up(self, progress: bool = False) -> None:
+        """Compile every width now (a dummy pass each, on a scratch cache), not in a timed pass;
+        ``progress``: a bar over the widths (about a minute each; on a terminal only)."""
         self.reset(1)
         self.forward(torch.zeros(1, 1, dtype=torch.long, device=self.device))  # the eager prefill
-        for w in self.widths:
+        for w in progress_bar(self.widths, disable=not progress, desc="compiling pass widths (about 1 min each)"):
             self.forward(torch.zeros(1, w, dtype=torch.long, device=self.device))
             self.rollback([1])
         self.reset(1)

@@ -334,6 +334,26 @@ def test_tree_budget_is_piloted_and_weighed_by_the_verify_cost():
         size_tree(target, Perfect, (1,), [[0, 1]], [1.0] * 17, step_seconds=0.0)
 
 
+def test_another_engine_is_sized_from_the_same_pilot_under_its_own_costs():
+    """resize: the compiled engine's choice from the eager pilot, its padded verify cost and its faster t(1)."""
+    from specbook.bench.sizing import Sizing, padded_curve, resize
+
+    curve = {"n": [1, 2, 5, 9], "seconds": [0.01, 0.011, 0.02, 0.03], "v": [1.0, 1.1, 2.0, 3.0]}
+    assert padded_curve(curve, 9) == [1.0, 1.1, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0, 3.0]  # n runs at the width >= n
+    with pytest.raises(ValueError, match="n_max"):
+        padded_curve(curve, 10)  # past the widest width measured
+    chain = Sizing("chain", 9, 2.0, {"alpha": 0.9}, "pilot")
+    assert resize(chain, [1.0] * 17).chosen == 16  # free verification: the longest chain
+    padded = resize(chain, padded_curve(curve, 9), max_gamma=8)
+    assert padded.chosen == 4 and padded.pilot == {"alpha": 0.9}  # a full width (5 positions), none padded
+    tree = Sizing("tree", 16, 1.5, {3: 1.6, 16: 2.0}, "pilot", {3: 0.1, 16: 0.3})
+    assert resize(tree, [1.0] * 17).chosen == 16  # 2.0 / 1.3 beats 1.6 / 1.1
+    faster = resize(tree, [1.0] * 17, step_ratio=3.0)  # the same drafting against a 3x faster target step
+    assert faster.chosen == 3 and faster.draft_cost == {3: pytest.approx(0.3), 16: pytest.approx(0.9)}
+    with pytest.raises(ValueError, match="step_ratio"):
+        resize(tree, [1.0] * 17, step_ratio=0.0)
+
+
 def test_batched_differences_are_near_ties_only_where_the_logits_tie():
     from specbook.bench.crosscheck import differences_are_near_ties, next_logits
     from specbook.models import LlamaConfig, LlamaModel

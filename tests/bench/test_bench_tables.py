@@ -218,3 +218,32 @@ def test_repeats_table_holds_the_median_and_range_of_each_cell(tmp_path, capsys)
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match="other.json: not a repeat"):
         _script().main(["--repeats", str(runs[0]), str(tmp_path / "other.json")])
+
+
+def test_the_fastest_configuration_per_category_is_held_against_llamacpp(tmp_path, capsys):
+    """(g): per category the fastest specbook or compiled row by mean tokens/s over its prompts, over llama.cpp's
+    plain decoding and prompt lookup; the mean of the ratios last; the compiled engine's own sizes marked in (d)."""
+    report = _report()
+    speeds = {  # (engine, drafter): tokens/s of the two prompts of each category
+        ("specbook", "none"): {"code": (20, 22), "chat": (20, 20)},
+        ("specbook", "ngram"): {"code": (40, 44), "chat": (18, 20)},
+        ("compiled", "none"): {"code": (30, 30), "chat": (35, 33)},  # chat: compiled plain is fastest (34)
+        ("llamacpp", "none"): {"code": (40, 40), "chat": (40, 40)},
+        ("llamacpp", "ngram"): {"code": (30, 30), "chat": (20, 20)},
+    }
+    report["per_prompt"] = [{"engine": e, "drafter": d, "verifier": None, "category": cat, "new_tokens": tok,
+                             "seconds": 1.0} for (e, d), cats in speeds.items() for cat, pair in cats.items()
+                            for tok in pair]
+    report["compiled_draft_sizes"] = {"ngram": {"kind": "chain", "chosen": 8, "predicted_speedup": 1.3,
+                                                "pilot": {"alpha": 0.56}}}
+    _, out = _run(tmp_path, capsys, report)
+    tables = md_tables(out)
+    assert ["ngram (compiled)", "chain", "8", "1.30x", "alpha: 0.56"] in tables[3]
+    assert tables[-1] == [
+        ["code", "specbook / ngram", "42.0", "40.0", "1.05x", "30.0", "1.40x"],
+        ["chat", "compiled / none", "34.0", "40.0", "0.85x", "20.0", "1.70x"],
+        ["mean over categories", "", "", "", "0.95x", "", "1.55x"]]
+    assert "fastest lossless configuration per category" in out
+    report["per_prompt"] = [r for r in report["per_prompt"] if r["engine"] != "llamacpp"]
+    _, out = _run(tmp_path, capsys, report)
+    assert "fastest lossless" not in out  # nothing to hold it against

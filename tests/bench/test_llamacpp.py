@@ -156,7 +156,7 @@ def test_without_llama_cpp_the_engine_is_skipped_with_one_reason(monkeypatch):
     args = types.SimpleNamespace(device="cpu", temperature=0.0)
     sb = types.SimpleNamespace(target=types.SimpleNamespace(max_length=64))
     combos, skipped, hf = engine_combos(args, ["llamacpp"], ["none"], sb, None, None, torch.float32,
-                                        lambda d: 4, lambda d: None)
+                                        lambda d, engine="specbook": 4, lambda d, engine="specbook": None)
     assert (combos, hf) == ([], None) and skipped[0]["reason"] == why
 
 

@@ -116,7 +116,10 @@ def test_compiled_stops_at_eos_and_checks_its_arguments(tiny_and_target):
         target(torch.tensor([[1, 2, 3]]))
 
 
-def test_the_bench_runs_the_compiled_engine_beside_specbook(tmp_path, monkeypatch):
+@pytest.mark.parametrize("gamma", ["3", "auto"])
+def test_the_bench_runs_the_compiled_engine_beside_specbook(tmp_path, monkeypatch, gamma):
+    """--gamma 3: one compiled engine with the widths specbook's sizes need; auto: the compiled engine
+    compiled at COMPILED_WIDTHS, its own curve timed at them and the pilots sized again for it."""
     import json
 
     import specbook.models.smollm2 as smollm2
@@ -134,11 +137,12 @@ def test_the_bench_runs_the_compiled_engine_beside_specbook(tmp_path, monkeypatc
     monkeypatch.setattr(bench, "memory_read_bandwidth", lambda **_: 1e10)
     monkeypatch.setattr(bench, "matvec_read_bandwidth", lambda model: 5e9)
     monkeypatch.setattr(CompiledEngine, "AUTOTUNE", False)  # a faster compile for a tiny model
+    monkeypatch.setattr(bench, "COMPILED_WIDTHS", (1, 4))  # two compiles, as for --gamma 3
     threads = torch.get_num_threads()
     out = tmp_path / "run.json"
     argv = ["--categories", "code_edit,chat", "--limit", "1", "--drafters", "none,ngram", "--engines", "specbook,compiled",
-            "--max-new-tokens", "12", "--ignore-eos", "--gamma", "3", "--curve-reps", "0", "--dtype", "float32",
-            "--threads", "1", "--no-progress", "--json", str(out)]
+            "--max-new-tokens", "12", "--ignore-eos", "--gamma", gamma, "--curve-reps", "0" if gamma == "3" else "1",
+            "--dtype", "float32", "--threads", "1", "--no-progress", "--json", str(out)]
     try:
         assert bench.main(argv) == 0
     finally:
@@ -149,3 +153,13 @@ def test_the_bench_runs_the_compiled_engine_beside_specbook(tmp_path, monkeypatc
     specbook = {(r["category"], r["drafter"]): r for r in report["runs"] if r["engine"] == "specbook"}
     for r in (r for r in report["runs"] if r["engine"] == "compiled"):  # float32: the eager model's greedy tokens
         assert r["output_ids_sha256"] == specbook[(r["category"], r["drafter"])]["output_ids_sha256"]
+    gammas = {(r["engine"], r["gamma"]) for r in report["runs"] if r["drafter"] == "ngram"}
+    if gamma == "3":
+        assert gammas == {("specbook", 3), ("compiled", 3)} and "compiled" not in report["verify_cost"]
+        assert "compiled_draft_sizes" not in report
+        return
+    sized = report["compiled_draft_sizes"]["ngram"]
+    assert report["verify_cost"]["compiled"]["n"] == [1, 4] and "v of this engine" in sized["source"]
+    assert sized["pilot"] == report["draft_sizes"]["ngram"]["pilot"]  # the one pilot, sized twice
+    assert gammas == {("specbook", report["draft_sizes"]["ngram"]["chosen"]), ("compiled", sized["chosen"])}
+    assert 1 <= sized["chosen"] <= 3  # within the widest compiled width: no pass ran eagerly
