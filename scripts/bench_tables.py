@@ -23,6 +23,8 @@ into docs/ can be traced to the file committed beside it:
     both ran: each engine's tokens/s, specbook's over the other's (median of per-prompt ratios, with
     the lowest and highest), and on how many prompts the other's greedy tokens equal specbook's plain
     ones (the others starting at a near tie, when the report says so);
+(h) when the report ran llama.cpp: every specbook and compiled row's tokens/s over llama.cpp's plain
+    decoding on the same prompt (median of the per-prompt ratios, lowest-highest);
 (g) when the report ran llama.cpp: per category, specbook's fastest configuration (eager or compiled,
     any drafter, by mean tokens/s over the category's prompts from ``per_prompt``) over llama.cpp's
     plain decoding and its prompt lookup, and the mean of those ratios over the categories.
@@ -35,7 +37,7 @@ run) and prints one table instead:
     a greedy run repeats its tokens, so its alpha is the same every time).
 
 Every number is copied from the report, only rounded; nothing is recomputed except the ratio
-of (b)'s last column, which divides two of the report's tokens/s, (e)'s medians and (g)'s means.  Reads JSON
+of (b)'s last column, which divides two of the report's tokens/s, (e)'s and (h)'s medians and (g)'s means.  Reads JSON
 only: no model, no torch.
 """
 from __future__ import annotations
@@ -182,14 +184,36 @@ def versus_table(report: dict) -> str:
                            "tokens = specbook plain"], rows, "lr")
 
 
+def _per_prompt_speeds(report: dict) -> dict:
+    """{(engine, drafter, category, prompt id): tokens/s} from the report's ``per_prompt`` records."""
+    return {(r["engine"], label(r), r["category"], r["id"]): r["new_tokens"] / r["seconds"]
+            for r in report.get("per_prompt") or [] if r.get("seconds")}
+
+
+def against_llamacpp_table(report: dict) -> str:
+    """(h): every specbook and compiled row over llama.cpp's plain decoding on the same prompt: the median
+    of the per-prompt tokens/s ratios (lowest-highest).  Empty without llama.cpp rows."""
+    speed = _per_prompt_speeds(report)
+    base = {(cat, pid): t for (e, d, cat, pid), t in speed.items() if (e, d) == ("llamacpp", BASELINE)}
+    rows = []
+    for engine, drafter in dict.fromkeys((e, d) for e, d, _, _ in speed):
+        if engine not in ("specbook", "compiled"):
+            continue
+        ratios = [t / base[(cat, pid)] for (e, d, cat, pid), t in speed.items()
+                  if (e, d) == (engine, drafter) and (cat, pid) in base]
+        if ratios:
+            rows.append([f"{engine} / {drafter}", f"{statistics.median(ratios):.2f}x",
+                         f"{min(ratios):.2f}-{max(ratios):.2f}", str(len(ratios))])
+    return markdown_table(["engine / drafter", "over llama.cpp plain (median)", "range", "prompts"], rows, "lr")
+
+
 def best_table(report: dict) -> str:
     """(g): per category, specbook's fastest configuration (any drafter, eager or compiled engine) by mean
     tokens/s over the category's prompts, over llama.cpp's plain decoding and prompt lookup on the same
     prompts; the last row averages the ratios over the categories.  Empty without llama.cpp rows."""
     speed: dict = {}  # (engine, drafter, category) -> [tokens/s per prompt]
-    for r in report.get("per_prompt") or []:
-        if r.get("seconds"):
-            speed.setdefault((r["engine"], label(r), r["category"]), []).append(r["new_tokens"] / r["seconds"])
+    for (engine, drafter, cat, _), t in _per_prompt_speeds(report).items():
+        speed.setdefault((engine, drafter, cat), []).append(t)
     mean = {k: statistics.mean(v) for k, v in speed.items()}
     rows, ratios = [], []
     for cat in dict.fromkeys(c for _, _, c in speed):
@@ -230,6 +254,8 @@ def render(path: str | Path, report: dict) -> str:
         (versus_table, "specbook against another engine, same drafter: tokens/s (median over prompts), specbook's "
                        "over the other's (median of per-prompt ratios, lowest-highest), prompts whose greedy tokens "
                        "equal specbook's plain decoding"),
+        (against_llamacpp_table, "specbook and its compiled engine against llama.cpp's plain decoding, prompt by "
+                                 "prompt: tokens/s over llama.cpp's on the same prompt"),
         (best_table, "The fastest lossless configuration per category against llama.cpp: mean tokens/s over the "
                      "category's prompts (picking the fastest from the same run flatters it)"),
     ]

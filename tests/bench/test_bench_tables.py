@@ -231,9 +231,9 @@ def test_the_fastest_configuration_per_category_is_held_against_llamacpp(tmp_pat
         ("llamacpp", "none"): {"code": (40, 40), "chat": (40, 40)},
         ("llamacpp", "ngram"): {"code": (30, 30), "chat": (20, 20)},
     }
-    report["per_prompt"] = [{"engine": e, "drafter": d, "verifier": None, "category": cat, "new_tokens": tok,
-                             "seconds": 1.0} for (e, d), cats in speeds.items() for cat, pair in cats.items()
-                            for tok in pair]
+    report["per_prompt"] = [{"engine": e, "drafter": d, "verifier": None, "category": cat, "id": f"{cat}{i}",
+                             "new_tokens": tok, "seconds": 1.0} for (e, d), cats in speeds.items()
+                            for cat, pair in cats.items() for i, tok in enumerate(pair)]
     report["compiled_draft_sizes"] = {"ngram": {"kind": "chain", "chosen": 8, "predicted_speedup": 1.3,
                                                 "pilot": {"alpha": 0.56}}}
     _, out = _run(tmp_path, capsys, report)
@@ -244,6 +244,9 @@ def test_the_fastest_configuration_per_category_is_held_against_llamacpp(tmp_pat
         ["chat", "compiled / none", "34.0", "40.0", "0.85x", "20.0", "1.70x"],
         ["mean over categories", "", "", "", "0.95x", "", "1.55x"]]
     assert "fastest lossless configuration per category" in out
+    # (h): per prompt over llama.cpp plain: specbook plain 0.5, 0.55, 0.5, 0.5; ngram 1.0, 1.1, 0.45, 0.5
+    assert tables[-2] == [["specbook / none", "0.50x", "0.50-0.55", "4"], ["specbook / ngram", "0.75x", "0.45-1.10", "4"],
+                          ["compiled / none", "0.79x", "0.75-0.88", "4"]]
     report["per_prompt"] = [r for r in report["per_prompt"] if r["engine"] != "llamacpp"]
     _, out = _run(tmp_path, capsys, report)
     assert "fastest lossless" not in out  # nothing to hold it against
