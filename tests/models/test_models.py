@@ -35,7 +35,11 @@ from specbook.models.linear import Linear, one_row_kernel_differs, packed_kernel
 from specbook.protocols import Target
 
 FLOAT32_TOL = 2e-4  # max |logit difference| vs transformers, float32
-BFLOAT16_TOL = 1.0  # the same in bfloat16 (measured 0.47 on SmolLM2, whose logits reach ~40: steps of 0.25)
+# bfloat16 against the float32 model, ours over transformers': the (mean, max) |logit error| ratios allowed. Both
+# drift from float32 by a machine's own roundings (SmolLM2's logits reach ~40: bfloat16 steps of 0.25): the two were
+# 0.47 apart at most on an AMD EPYC, 1.45 on an AMX Xeon (errors: max 1.67 ours, 1.25 theirs; mean 0.21 and 0.20).
+# Our final norm scaled by 1.03 gives a mean ratio of 1.58.
+BFLOAT16_ERROR_RATIO = (1.3, 2.0)
 TINY_TOL = 1e-5
 
 
@@ -636,11 +640,12 @@ def test_rotary_tables_equal_the_direct_computation():
 
 @pytest.mark.model
 def test_smollm2_bfloat16_matches_transformers_bfloat16(smollm2):
-    """Both in bfloat16 (the default where the CPU multiplies it natively): logits within BFLOAT16_TOL,
-    greedy ids equal or parting at a bfloat16 near tie."""
+    """Both in bfloat16 (the default where the CPU multiplies it natively): our logits as close to the
+    float32 model's as transformers' are (BFLOAT16_ERROR_RATIO), greedy ids equal or parting at a
+    bfloat16 near tie."""
     from specbook.bench.crosscheck import explain_divergence, tie_gap_for
 
-    _, tokenizer, _ = smollm2
+    exact, tokenizer, _ = smollm2
     from specbook.models.smollm2 import model_dir
 
     model, _ = load_llama(model_dir(), dtype=torch.bfloat16)
@@ -650,7 +655,13 @@ def test_smollm2_bfloat16_matches_transformers_bfloat16(smollm2):
     target.reset(1)
     logits = target.forward(torch.tensor([prompt]))
     assert logits.dtype == torch.float32 and target.cache.k.dtype == torch.bfloat16
-    assert (logits[0] - hf_logits(hf, prompt)).abs().max().item() <= BFLOAT16_TOL
+    with torch.no_grad():
+        reference = exact(torch.tensor([prompt]))[0]  # the float32 model's logits
+    ours, theirs = (logits[0] - reference).abs(), (hf_logits(hf, prompt).float() - reference).abs()
+    mean_ratio, max_ratio = BFLOAT16_ERROR_RATIO
+    assert ours.mean() <= mean_ratio * theirs.mean() and ours.max() <= max_ratio * theirs.max(), (
+        f"bfloat16 error against float32: ours mean {ours.mean():.3f} max {ours.max():.3f}, "
+        f"transformers' mean {theirs.mean():.3f} max {theirs.max():.3f}")
     out = []
     while len(out) < 8 and tokenizer.eos_token_id not in out:
         out.append(int(logits[0, -1].argmax()))
