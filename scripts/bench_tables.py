@@ -23,9 +23,9 @@ into docs/ can be traced to the file committed beside it:
     both ran: each engine's tokens/s, specbook's over the other's (median of per-prompt ratios, with
     the lowest and highest), and on how many prompts the other's greedy tokens equal specbook's plain
     ones (the others starting at a near tie, when the report says so);
-(h) when the report ran llama.cpp: every specbook and compiled row's tokens/s over llama.cpp's plain
+(g) when the report ran llama.cpp: every specbook and compiled row's tokens/s over llama.cpp's plain
     decoding on the same prompt (median of the per-prompt ratios, lowest-highest);
-(g) when the report ran llama.cpp: per category, specbook's fastest configuration (eager or compiled,
+(h) when the report ran llama.cpp: per category, specbook's fastest configuration (eager or compiled,
     any drafter, by mean tokens/s over the category's prompts from ``per_prompt``) over llama.cpp's
     plain decoding and its prompt lookup, and the mean of those ratios over the categories.
 
@@ -37,8 +37,8 @@ run) and prints one table instead:
     a greedy run repeats its tokens, so its alpha is the same every time).
 
 Every number is copied from the report, only rounded; nothing is recomputed except the ratio
-of (b)'s last column, which divides two of the report's tokens/s, (e)'s and (h)'s medians and (g)'s means.  Reads JSON
-only: no model, no torch.
+of (b)'s last column, which divides two of the report's tokens/s, (e)'s and (g)'s medians and (h)'s
+means.  Reads JSON only: no model, no torch.
 """
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def _per_prompt_speeds(report: dict) -> dict:
 
 
 def against_llamacpp_table(report: dict) -> str:
-    """(h): every specbook and compiled row over llama.cpp's plain decoding on the same prompt: the median
+    """(g): every specbook and compiled row over llama.cpp's plain decoding on the same prompt: the median
     of the per-prompt tokens/s ratios (lowest-highest).  Empty without llama.cpp rows."""
     speed = _per_prompt_speeds(report)
     base = {(cat, pid): t for (e, d, cat, pid), t in speed.items() if (e, d) == ("llamacpp", BASELINE)}
@@ -208,7 +208,7 @@ def against_llamacpp_table(report: dict) -> str:
 
 
 def best_table(report: dict) -> str:
-    """(g): per category, specbook's fastest configuration (any drafter, eager or compiled engine) by mean
+    """(h): per category, specbook's fastest configuration (any drafter, eager or compiled engine) by mean
     tokens/s over the category's prompts, over llama.cpp's plain decoding and prompt lookup on the same
     prompts; the last row averages the ratios over the categories.  Empty without llama.cpp rows."""
     speed: dict = {}  # (engine, drafter, category) -> [tokens/s per prompt]

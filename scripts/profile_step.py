@@ -75,8 +75,9 @@ def kernel_table(target, context: torch.Tensor, steps: int) -> list[dict]:
             target.forward(one)
             target.rollback(base)
     events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
-    return [{"operation": e.key, "group": group_of(e.key), "ms_per_step": round(e.self_cpu_time_total / steps / 1000, 3),
-             "calls_per_step": e.count / steps} for e in events]
+    return [{"operation": e.key, "group": group_of(e.key),
+             "ms_per_step": round(e.self_cpu_time_total / steps / 1000, 3), "calls_per_step": e.count / steps}
+            for e in events]
 
 
 def group_table(table: list[dict]) -> list[dict]:

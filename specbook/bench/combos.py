@@ -51,8 +51,8 @@ def engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of
             if obj is not None and compiled is None:
                 engine.target.allow_width(draft_width(obj, gamma_of(d, "compiled")) + 1)  # pending token + draft
             combos.extend((engine, d, obj, v) for v in verifiers(d))
-        if compiled is None:
-            engine.target.warm_up(progress=not getattr(args, "no_progress", True))  # every width compiled before anything is timed
+        if compiled is None:  # every width compiled before anything is timed
+            engine.target.warm_up(progress=not getattr(args, "no_progress", True))
     if "transformers" in engines:
         from transformers import LlamaForCausalLM
 

@@ -221,7 +221,7 @@ def test_repeats_table_holds_the_median_and_range_of_each_cell(tmp_path, capsys)
 
 
 def test_the_fastest_configuration_per_category_is_held_against_llamacpp(tmp_path, capsys):
-    """(g): per category the fastest specbook or compiled row by mean tokens/s over its prompts, over llama.cpp's
+    """(h): per category the fastest specbook or compiled row by mean tokens/s over its prompts, over llama.cpp's
     plain decoding and prompt lookup; the mean of the ratios last; the compiled engine's own sizes marked in (d)."""
     report = _report()
     speeds = {  # (engine, drafter): tokens/s of the two prompts of each category
@@ -244,8 +244,9 @@ def test_the_fastest_configuration_per_category_is_held_against_llamacpp(tmp_pat
         ["chat", "compiled / none", "34.0", "40.0", "0.85x", "20.0", "1.70x"],
         ["mean over categories", "", "", "", "0.95x", "", "1.55x"]]
     assert "fastest lossless configuration per category" in out
-    # (h): per prompt over llama.cpp plain: specbook plain 0.5, 0.55, 0.5, 0.5; ngram 1.0, 1.1, 0.45, 0.5
-    assert tables[-2] == [["specbook / none", "0.50x", "0.50-0.55", "4"], ["specbook / ngram", "0.75x", "0.45-1.10", "4"],
+    # (g): per prompt over llama.cpp plain: specbook plain 0.5, 0.55, 0.5, 0.5; ngram 1.0, 1.1, 0.45, 0.5
+    assert tables[-2] == [["specbook / none", "0.50x", "0.50-0.55", "4"],
+                          ["specbook / ngram", "0.75x", "0.45-1.10", "4"],
                           ["compiled / none", "0.79x", "0.75-0.88", "4"]]
     report["per_prompt"] = [r for r in report["per_prompt"] if r["engine"] != "llamacpp"]
     _, out = _run(tmp_path, capsys, report)
