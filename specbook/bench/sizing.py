@@ -92,6 +92,14 @@ def size_chain(target, drafter, prompts, v: Sequence[float], *, c: float = 0.0, 
                   f"{len(prompts)} prompt(s) x {PILOT_NEW_TOKENS} tokens")
 
 
+def best_tree(taus: dict, c: dict, v: Sequence[float]) -> tuple[int, float]:
+    """(budget N, its score) maximising tau(N) / (c(N) + v(N + 1)); ties go to the smaller tree."""
+    cost = CostCurve(v).after
+    scores = {b: tau / (c.get(b, 0.0) + cost(b)) for b, tau in taus.items()}
+    best = max(scores, key=lambda b: (scores[b], -b))
+    return best, scores[best]
+
+
 def size_tree(target, make: Callable[[int], object], budgets: Sequence[int], prompts, v: Sequence[float], *,
               eos_token_id=None, step_seconds: float | None = None) -> Sizing:
     """Pilot a drafter built by ``make(budget)`` for each node budget; keep the largest
@@ -104,13 +112,11 @@ def size_tree(target, make: Callable[[int], object], budgets: Sequence[int], pro
         raise ValueError("budgets must list at least one node budget")
     if step_seconds is not None and not step_seconds > 0:
         raise ValueError(f"step_seconds must be > 0, got {step_seconds!r}")
-    cost = CostCurve(v).after
     runs = {int(b): pilot(target, make(int(b)), prompts, int(b), eos_token_id) for b in budgets}
     taus = {b: tau for b, (_, tau, _) in runs.items()}
     c = {b: (sec / step_seconds if step_seconds else 0.0) for b, (_, _, sec) in runs.items()}
-    scores = {b: taus[b] / (c[b] + cost(b)) for b in runs}
-    best = max(scores, key=lambda b: (scores[b], -b))  # ties go to the smaller tree
-    return Sizing("tree", best, scores[best], taus,
+    best, score = best_tree(taus, c, v)
+    return Sizing("tree", best, score, taus,
                   f"argmax of tau(N) / (c(N) + v(N + 1)) over budgets {list(runs)}, tau and c (drafting time per "
                   f"pass over the target's t(1)) from a pilot of {len(prompts)} prompt(s) x {PILOT_NEW_TOKENS} tokens", c)
 
@@ -137,9 +143,7 @@ def resize(sizing: Sizing, v: Sequence[float], step_ratio: float = 1.0, max_gamm
     if sizing.kind == "chain":
         gamma, predicted = choose_gamma(sizing.pilot["alpha"], v, 0.0, max_gamma)
         return Sizing("chain", gamma, predicted, dict(sizing.pilot), sizing.source + "; v of this engine")
-    cost = CostCurve(v).after
     c = {b: cb * step_ratio for b, cb in sizing.draft_cost.items()}
-    scores = {b: tau / (c.get(b, 0.0) + cost(b)) for b, tau in sizing.pilot.items()}
-    best = max(scores, key=lambda b: (scores[b], -b))
-    return Sizing("tree", best, scores[best], dict(sizing.pilot),
+    best, score = best_tree(sizing.pilot, c, v)
+    return Sizing("tree", best, score, dict(sizing.pilot),
                   sizing.source + f"; v of this engine, c scaled by its t(1) ({step_ratio:.3f})", c)
