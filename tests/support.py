@@ -8,12 +8,15 @@
   the session over budget; broken twins must be *rejected* (:func:`check_rejects`);
 * ``WrappedTarget``: a target that hands every call to the model it wraps, for tests that count or
   corrupt one call;
-* ``md_tables``: markdown tables read back into cells, for tests of rendered reports.
+* ``md_tables``: markdown tables read back into cells, for tests of rendered reports;
+* ``load_script``: a file of ``scripts/`` imported as a module.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import signal
+from pathlib import Path
 
 from specbook.grading.twins import PER_TEST_ALPHA, fit_pvalue
 
@@ -113,3 +116,16 @@ def md_tables(text: str) -> list[list[list[str]]]:
         else:
             current = None
     return [t[2:] for t in tables]
+
+
+# ----------------------------------------------------------------------------- scripts
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def load_script(name: str):
+    """``scripts/<name>.py`` imported as a module (the scripts are not a package)."""
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

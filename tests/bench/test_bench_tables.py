@@ -1,24 +1,15 @@
 """scripts/bench_tables.py: the markdown tables hold the report's numbers, and only a bench report is read."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 
-from support import md_tables
+from support import load_script, md_tables
 
-ROOT = Path(__file__).resolve().parents[2]
 COMMAND = "python -m specbook bench --limit 1 --json tiny.json"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "scripts" / "bench_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 # (engine, drafter): FIELDS in each of CATEGORIES;
@@ -60,7 +51,7 @@ def _report() -> dict:
 def _run(tmp_path, capsys, report) -> tuple[Path, str]:
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(report))
-    assert _script().main([str(path)]) == 0
+    assert load_script("bench_tables").main([str(path)]) == 0
     return path, capsys.readouterr().out
 
 
@@ -159,14 +150,14 @@ def test_a_non_bench_json_is_refused_naming_the_file(tmp_path, content):
     path = tmp_path / "other.json"
     path.write_text(json.dumps(content))
     with pytest.raises(ValueError, match=re.escape(str(path))):
-        _script().main([str(path)])
+        load_script("bench_tables").main([str(path)])
 
 
 def test_unreadable_json_is_refused_naming_the_file(tmp_path):
     path = tmp_path / "broken.json"
     path.write_text("{not json")
     with pytest.raises(ValueError, match=re.escape(str(path))):
-        _script().main([str(path)])
+        load_script("bench_tables").main([str(path)])
 
 
 def test_the_caption_says_which_bandwidth_the_roofline_fraction_divides_by(tmp_path, capsys):
@@ -200,7 +191,7 @@ def test_repeats_table_holds_the_median_and_range_of_each_cell(tmp_path, capsys)
         path = tmp_path / f"run{i}.json"
         path.write_text(json.dumps(report))
         runs.append(path)
-    assert _script().main(["--repeats", *map(str, runs)]) == 0
+    assert load_script("bench_tables").main(["--repeats", *map(str, runs)]) == 0
     out = capsys.readouterr().out
     assert all(p.as_posix() in out for p in runs) and "median of 3 runs" in out and COMMAND in out
     (table,) = md_tables(out)
@@ -217,7 +208,7 @@ def test_repeats_table_holds_the_median_and_range_of_each_cell(tmp_path, capsys)
     other["settings"]["max_new_tokens"] = 32
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(ValueError, match="other.json: not a repeat"):
-        _script().main(["--repeats", str(runs[0]), str(tmp_path / "other.json")])
+        load_script("bench_tables").main(["--repeats", str(runs[0]), str(tmp_path / "other.json")])
 
 
 def test_the_fastest_configuration_per_category_is_held_against_llamacpp(tmp_path, capsys):

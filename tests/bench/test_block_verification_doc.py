@@ -2,26 +2,19 @@
 writes them computes what it says: exact expectations, medians over seeds, paired ratios."""
 from __future__ import annotations
 
-import importlib.util
 import random
 from pathlib import Path
 
 import pytest
+from support import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "block_verification.md"
 DATA = ROOT / "docs" / "data" / "block_verification.json"
 
 
-def script():
-    spec = importlib.util.spec_from_file_location("block_verification", ROOT / "scripts" / "block_verification.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_doc_shows_the_tables_of_the_committed_json():
-    bv = script()
+    bv = load_script("block_verification")
     report = bv.read_json(DATA)
     report["path"] = str(DATA)
     rendered = bv.render(report)
@@ -33,7 +26,7 @@ def test_the_doc_shows_the_tables_of_the_committed_json():
 
 
 def test_block_keeps_at_least_as_much_and_one_hot_drafts_exactly_as_much():
-    bv = script()
+    bv = load_script("block_verification")
     rng = random.Random(1)
     for K in (2, 3):
         p_rows = [bv.random_law(rng, 4) for _ in range(K + 1)]
@@ -60,7 +53,7 @@ def run_report(temperature, seed, tau_token, tau_block, seconds):
 
 
 def test_rows_are_medians_over_seeds_and_ratios_are_paired():
-    bv = script()
+    bv = load_script("block_verification")
     reports = [run_report(1.0, 0, 1.5, 1.5, [(2.0, 1.0), (1.0, 1.0)]),
                run_report(1.0, 1, 1.2, 1.8, [(1.0, 2.0)]),
                run_report(1.0, 2, 1.0, 1.1, [(3.0, 3.0)])]

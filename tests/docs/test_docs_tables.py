@@ -8,27 +8,19 @@ appears, verbatim, in its page.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
 
 import pytest
 import torch
-from support import md_tables
+from support import load_script, md_tables
 
 from specbook.grading.__main__ import main as grading_main
 from specbook.machine import machine_info
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = {"grading_": ROOT / "docs" / "grading.md", "power_report": ROOT / "docs" / "statistics.md"}
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _printed_body(out: str) -> str:
@@ -39,7 +31,7 @@ def _printed_body(out: str) -> str:
 
 
 def _rendered(path: Path, shown_as: Path | None = None) -> str:
-    docs_tables = _script("docs_tables")
+    docs_tables = load_script("docs_tables")
     return docs_tables.render(shown_as or path, docs_tables.load(path))
 
 
@@ -112,7 +104,7 @@ def test_audit_and_timings_json_hold_the_printed_tables(tmp_path, capsys):
 
 
 def test_power_report_json_holds_the_printed_table(tmp_path, capsys, monkeypatch):
-    power_report = _script("power_report")
+    power_report = load_script("power_report")
     twin = "one uniform shared by all positions"
     # one twin and the correct verifier on its case, the twin's law from 2 batches: seconds, not minutes
     monkeypatch.setattr(power_report, "BROKEN_TWINS", {twin: power_report.BROKEN_TWINS[twin]})
@@ -140,7 +132,7 @@ def test_power_report_json_holds_the_printed_table(tmp_path, capsys, monkeypatch
                                      {"format": "specbook.power_report/1", "command": "x", "machine": {}, "settings": {},
                                       "rows": [{"implementation": "a"}]}])
 def test_a_json_that_is_not_a_report_is_refused_naming_the_file(tmp_path, capsys, content):
-    docs_tables = _script("docs_tables")
+    docs_tables = load_script("docs_tables")
     path = tmp_path / "other.json"
     path.write_text(json.dumps(content))
     with pytest.raises(ValueError, match=re.escape(str(path))):
@@ -154,7 +146,7 @@ def test_a_json_that_is_not_a_report_is_refused_naming_the_file(tmp_path, capsys
 
 
 def test_help_and_bad_flags(tmp_path, capsys):
-    docs_tables = _script("docs_tables")
+    docs_tables = load_script("docs_tables")
     with pytest.raises(SystemExit) as exit_:
         docs_tables.main(["--help"])
     assert exit_.value.code == 0 and "docs/data" in capsys.readouterr().out
@@ -169,7 +161,7 @@ def test_help_and_bad_flags(tmp_path, capsys):
     blocker = tmp_path / "plain_file"
     blocker.write_text("")
     with pytest.raises(SystemExit) as exit_:
-        _script("power_report").main(["--seeds", "1", "--json", str(blocker / "power.json")])
+        load_script("power_report").main(["--seeds", "1", "--json", str(blocker / "power.json")])
     assert exit_.value.code == 2 and "argument --json" in capsys.readouterr().err
 
 
@@ -192,7 +184,7 @@ BATCH_BLOCK = re.compile(r"<!-- batch_tables: (\S+) -->\n(.*?)\n<!-- end batch_t
 
 def test_batching_page_shows_the_committed_batch_json():
     """docs/batching.md's measured blocks are scripts/batch_tables.py's renders of the JSON beside them."""
-    batch_tables = _script("batch_tables")
+    batch_tables = load_script("batch_tables")
     blocks = BATCH_BLOCK.findall(BATCHING.read_text())
     assert {path for path, _ in blocks} >= {"docs/data/batch.json", "docs/data/batch_bfloat16.json"}
     for path, block in blocks:
@@ -206,7 +198,7 @@ def test_batching_page_shows_the_committed_batch_json():
 
 
 def test_batch_tables_refuses_what_it_cannot_render(tmp_path, capsys):
-    batch_tables = _script("batch_tables")
+    batch_tables = load_script("batch_tables")
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"command": "x"}))
     assert batch_tables.main([str(bad)]) == 2 and "not a report of python -m specbook batch" in capsys.readouterr().err
@@ -223,7 +215,7 @@ def test_batch_tables_refuses_what_it_cannot_render(tmp_path, capsys):
 def test_heads_page_shows_the_committed_unroll_json(capsys):
     """docs/heads.md's training-time-test table is scripts/eagle_unroll.py's render of its JSON, and every
     head's row carries what the trainer recorded (acceptance by depth non-increasing, tau of both trees)."""
-    eagle_unroll = _script("eagle_unroll")
+    eagle_unroll = load_script("eagle_unroll")
     path = ROOT / "docs" / "data" / "heads_unroll.json"
     report = json.loads(path.read_text())
     table = eagle_unroll.render(report)

@@ -167,13 +167,8 @@ def test_the_bench_runs_the_compiled_engine_beside_specbook(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("argv", [["--steps", "0"], ["--context", "128", "--max-length", "100"], ["--rows", "-1"]])
 def test_the_step_profile_refuses_bad_arguments_before_loading_anything(argv, capsys):
-    import importlib.util
-    from pathlib import Path
+    from support import load_script
 
-    path = Path(__file__).resolve().parents[2] / "scripts" / "profile_step.py"
-    spec = importlib.util.spec_from_file_location("profile_step", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     with pytest.raises(SystemExit) as exit_:
-        module.main(argv)
+        load_script("profile_step").main(argv)
     assert exit_.value.code == 2 and argv[-2] in capsys.readouterr().err
