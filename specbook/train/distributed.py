@@ -155,6 +155,9 @@ def launched(device: str | None = None) -> Iterator[World]:
     dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", timeout=timedelta(hours=2))
     try:
         yield World(int(os.environ["RANK"]), size, local, dev)
+        # every rank done before any tears its connections down: a gloo rank that destroyed its group while
+        # another was still saving was seen to abort ("terminate called without an active exception")
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
