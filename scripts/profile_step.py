@@ -2,11 +2,13 @@
 
     python scripts/profile_step.py                       # bfloat16 where native, 128 cached tokens
     python scripts/profile_step.py --dtype float32 --steps 20 --json step.json
+    python scripts/profile_step.py --dtype float32 --width 5    # a verify pass of 5 chained tokens
 
 Times one-token steps after ``--context`` cached tokens (median of ``--steps``, each rolled back,
 so every step sees the same cache), for the eager :class:`~specbook.models.LlamaTarget` and the
-compiled :class:`~specbook.models.compiled.CompiledTarget` (width 1, mode "max-autotune"; the
-first compile takes about a minute).  Then profiles ``--steps`` compiled steps with
+compiled :class:`~specbook.models.compiled.CompiledTarget` (compiled at ``--width``, mode
+"max-autotune"; the first compile takes about a minute); ``--width`` > 1 times passes of that
+many chained tokens instead (a verify pass).  Then profiles ``--steps`` compiled steps with
 ``torch.profiler``, inductor's generated kernels named (``cpp.enable_kernel_profile``), and
 prints the time per step of each group of operations (matrix products, attention, fused
 elementwise kernels, the Python call and guard checks around the graph), then the operations
@@ -38,11 +40,11 @@ from specbook.models.dtype import dtype_name, resolve_dtype  # noqa: E402
 from specbook.models.smollm2 import load_smollm2  # noqa: E402
 
 
-def step_ms(target, context: torch.Tensor, steps: int) -> float:
-    """Median milliseconds of one one-token forward after ``context``, each step rolled back."""
+def step_ms(target, context: torch.Tensor, steps: int, width: int = 1) -> float:
+    """Median milliseconds of one forward of ``width`` tokens (a chain) after ``context``, each rolled back."""
     target.reset(1)
     target.forward(context)
-    base, one = torch.tensor([context.shape[1]]), context[:, -1:]
+    base, one = torch.tensor([context.shape[1]]), context[:, -width:]
     times = []
     for _ in range(steps + 1):  # the first is a warm-up
         t0 = time.perf_counter()
@@ -53,7 +55,7 @@ def step_ms(target, context: torch.Tensor, steps: int) -> float:
 
 
 GROUPS = (  # (group, test on an operation's name), first match wins
-    ("matrix products", lambda name: "_gemm_" in name or name.startswith("aten::linear")),
+    ("matrix products", lambda name: "_gemm_" in name or name.startswith(("aten::linear", "mkl::", "mkldnn::"))),
     ("attention", lambda name: "scaled_dot_product" in name),
     ("fused elementwise kernels (norms, rotary, cache writes, ...)", lambda name: "cpp_fused" in name),
     ("the graph's Python call and guard checks", lambda name: "CompiledFxGraph" in name or "TorchDynamo" in name
@@ -65,11 +67,12 @@ def group_of(name: str) -> str:
     return next((group for group, test in GROUPS if test(name)), "everything else")
 
 
-def kernel_table(target, context: torch.Tensor, steps: int) -> list[dict]:
-    """Every operation of ``steps`` profiled steps, most self time first: ms and calls per step, and its group."""
+def kernel_table(target, context: torch.Tensor, steps: int, width: int = 1) -> list[dict]:
+    """Every operation of ``steps`` profiled passes of ``width`` tokens, most self time first: ms and calls
+    per step, and its group."""
     target.reset(1)
     target.forward(context)
-    base, one = torch.tensor([context.shape[1]]), context[:, -1:]
+    base, one = torch.tensor([context.shape[1]]), context[:, -width:]
     with torch.profiler.profile() as prof:
         for _ in range(steps):
             target.forward(one)
@@ -96,27 +99,30 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--context", type=int, default=128, help="cached tokens before each timed step")
     ap.add_argument("--max-length", type=int, default=600, help="cache slots (the compiled pass attends over all)")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per median, and steps profiled")
+    ap.add_argument("--width", type=int, default=1,
+                    help="tokens per pass (a chain; 1 = a decode step, gamma + 1 = a verify pass)")
     ap.add_argument("--rows", type=int, default=12, help="operations listed")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
-    for name in ("context", "steps", "rows", "threads"):
+    for name in ("context", "steps", "width", "rows", "threads"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1, got {getattr(args, name)}")
-    if args.max_length <= args.context + 1:
-        ap.error(f"--max-length must exceed --context + 1, got {args.max_length}")
+    if args.max_length <= args.context + args.width:
+        ap.error(f"--max-length must exceed --context + --width, got {args.max_length}")
     torch.set_num_threads(args.threads)
     dtype = resolve_dtype(args.dtype, "cpu")
     model, _ = load_smollm2("cpu", dtype)
     context = torch.randint(100, 10_000, (1, args.context), generator=torch.Generator().manual_seed(0))
     inductor_config.cpp.enable_kernel_profile = True  # the generated kernels by name in the profile
-    compiled = CompiledTarget(model, args.max_length, (1,))
+    compiled = CompiledTarget(model, args.max_length, (args.width,))
     compiled.warm_up(progress=True)
-    eager_ms = step_ms(LlamaTarget(model, args.max_length), context, args.steps)
-    compiled_ms = step_ms(compiled, context, args.steps)
-    table = kernel_table(compiled, context, args.steps)
+    eager_ms = step_ms(LlamaTarget(model, args.max_length), context, args.steps, args.width)
+    compiled_ms = step_ms(compiled, context, args.steps, args.width)
+    table = kernel_table(compiled, context, args.steps, args.width)
     groups = group_table(table)
-    print(f"one decode step, {dtype_name(dtype)}, {args.context} cached tokens, median of {args.steps}: "
+    print(f"one pass of {args.width} token(s), {dtype_name(dtype)}, {args.context} cached tokens, "
+          f"median of {args.steps}: "
           f"eager {eager_ms:.2f} ms, compiled {compiled_ms:.2f} ms ({eager_ms / compiled_ms:.2f}x)\n")
     print(markdown_table(["compiled step, profiled: group", "ms per step", "operations"],
                          [[g["group"], f"{g['ms_per_step']:.2f}", str(g["operations"])] for g in groups], "lr") + "\n")
@@ -125,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                           for r in table[:args.rows]], "lr"))
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine_info("cpu"), "dtype": dtype_name(dtype),
-                                               "context": args.context, "steps": args.steps,
+                                               "context": args.context, "width": args.width, "steps": args.steps,
                                                "eager_step_ms": round(eager_ms, 3),
                                                "compiled_step_ms": round(compiled_ms, 3), "groups": groups,
                                                "kernels": table},

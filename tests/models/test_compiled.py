@@ -165,10 +165,21 @@ def test_the_bench_runs_the_compiled_engine_beside_specbook(tmp_path, monkeypatc
     assert 1 <= sized["chosen"] <= 3  # within the widest compiled width: no pass ran eagerly
 
 
-@pytest.mark.parametrize("argv", [["--steps", "0"], ["--context", "128", "--max-length", "100"], ["--rows", "-1"]])
+@pytest.mark.parametrize("argv", [["--steps", "0"], ["--context", "128", "--max-length", "100"], ["--rows", "-1"],
+                                  ["--width", "0"], ["--width", "8", "--context", "100", "--max-length", "107"]])
 def test_the_step_profile_refuses_bad_arguments_before_loading_anything(argv, capsys):
     from support import load_script
 
     with pytest.raises(SystemExit) as exit_:
         load_script("profile_step").main(argv)
     assert exit_.value.code == 2 and argv[-2] in capsys.readouterr().err
+
+
+def test_the_step_profile_counts_every_matrix_product_kernel_as_one():
+    from support import load_script
+
+    group_of = load_script("profile_step").group_of
+    for name in ("graph_0_gemm_m1n3072k576_kernel", "mkl::_mkl_linear", "mkldnn::_linear_pointwise", "aten::linear"):
+        assert group_of(name) == "matrix products", name
+    assert group_of("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert group_of("aten::empty") == "everything else"
