@@ -154,7 +154,7 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
                 intermediate_size: int | None = None, weight_decay: float = 0.0,
                 val_seqs: list[int] | None = None, val_gamma: int = 5, progress: bool = True,
                 time_limit_s: float | None = None, max_steps: int | None = None, world: World | None = None,
-                checkpoints: Checkpoints | None = None) -> tuple[EagleHead, dict]:
+                checkpoints: Checkpoints | None = None, autocast: torch.dtype | None = None) -> tuple[EagleHead, dict]:
     """Fit an EAGLE head on sequences ``seqs``, on the device of ``model``; return (head, log).
 
     With ``val_seqs``, the greedy chain tau (``val_gamma`` drafts) on those sequences is
@@ -164,7 +164,12 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     spans ``epochs``), whichever comes first; the step count is the reproducible one.
     ``step_weights``: the loss weight of each unroll step, one per step (default 0.5 ** j for step j).
     ``world`` and ``checkpoints``: data-parallel ranks and checkpoints, as in :func:`train_medusa`.
+    ``autocast``: run the training passes' products in this dtype (``torch.bfloat16``) under
+    ``torch.autocast``; the weights, the optimizer and validation stay in float32.  On a CPU with
+    bfloat16 matrix units (Intel AMX) the products are several times faster.
     """
+    if autocast not in (None, torch.bfloat16, torch.float16):
+        raise ValueError(f"autocast must be None, torch.bfloat16 or torch.float16, got {autocast!r}")
     if epochs <= 0 or batch_sequences < 1 or unroll_steps < 1:
         raise ValueError(f"need epochs > 0, batch_sequences >= 1, unroll_steps >= 1; got {epochs}, "
                          f"{batch_sequences}, {unroll_steps}")
@@ -187,7 +192,7 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     epoch_steps = math.ceil(len(seqs) / batch_sequences)
     run = {"trainer": "eagle", "sequences": len(seqs), "steps": steps, "batch_sequences": batch_sequences, "lr": lr,
            "seed": seed, "unroll_steps": unroll_steps, "noise": noise, "w_cls": w_cls, "weight_decay": weight_decay,
-           "draft_vocab": len(vocab)}
+           "draft_vocab": len(vocab), "autocast": str(autocast).removeprefix("torch.") if autocast else None}
     if checkpoints is not None and checkpoints.resume:
         first, loop = restore(checkpoints, head, opt, sched, gen, run)
         order, log, seconds, best = loop["order"], loop["log"], loop["seconds"], tuple(loop["best"])
@@ -195,8 +200,9 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     bar = tqdm(range(first, steps), disable=not (progress and world.main), desc="eagle head")
     for step in bar:
         order = order or _epoch(lengths, batch_sequences, gen)
-        loss, agree = eagle_loss(trained, model, fs, [seqs[i] for i in order.pop()], vocab, lm, gen, world,
-                                 unroll_steps=unroll_steps, noise=noise, w_cls=w_cls, step_weights=step_weights)
+        with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+            loss, agree = eagle_loss(trained, model, fs, [seqs[i] for i in order.pop()], vocab, lm, gen, world,
+                                     unroll_steps=unroll_steps, noise=noise, w_cls=w_cls, step_weights=step_weights)
         opt.zero_grad()
         loss.backward()  # DDP averages the ranks' gradients here
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -281,7 +287,10 @@ def main(argv: list[str] | None = None) -> None:
         ("--noise", dict(type=nonnegative_float, default=0.1, help="half-width of the uniform feature noise")),
         ("--unroll", dict(type=positive_int, default=2,
                           help="training steps of the head feeding on itself (step j weighs 0.5 ** j in the loss)")),
-        ("--weight-decay", dict(type=nonnegative_float, default=0.01, help="AdamW weight decay")), "--time-limit",
+        ("--weight-decay", dict(type=nonnegative_float, default=0.01, help="AdamW weight decay")),
+        ("--autocast", dict(choices=("none", "bfloat16"), default="none",
+                            help="the training passes' products in bfloat16 (torch.autocast; weights and "
+                                 "optimizer stay float32): several times faster on CPUs with AMX")), "--time-limit",
         "--max-steps",
     ], shipped="head", default_name=DEFAULT_NAME)
     args = parse_heads_args(ap, argv)
@@ -292,7 +301,8 @@ def main(argv: list[str] | None = None) -> None:
                                 batch_sequences=args.batch_sequences, lr=args.lr, w_cls=args.w_cls, noise=args.noise,
                                 unroll_steps=args.unroll, weight_decay=args.weight_decay, val_seqs=val,
                                 time_limit_s=args.time_limit, max_steps=args.max_steps, world=world,
-                                checkpoints=checkpoints_from(args))
+                                checkpoints=checkpoints_from(args),
+                                autocast=None if args.autocast == "none" else torch.bfloat16)
         if not world.main:
             return
         surv_val = chain_acceptance(head, model, fs, val)

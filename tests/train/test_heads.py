@@ -399,6 +399,25 @@ def test_training_prompts_are_disjoint_from_the_benchmark_and_the_split_is_stabl
     assert training_mix(30) == train[:30]  # growing the set keeps every earlier prompt
 
 
+def test_eagle_training_under_bfloat16_autocast_runs_its_products_in_bfloat16_and_still_learns():
+    """``autocast=torch.bfloat16`` (the trainer's --autocast): the loss starts where float32's does (to
+    bfloat16's rounding), falls as far, and the head's weights and optimizer stay float32."""
+    model = tiny_model(std=0.5)
+    fs = tiny_data(model)
+    fit, _ = validation_indices(fs, every=4)
+    vocab = tiny_vocab(model)
+    runs = {dtype: train_eagle(fs, model, fit, vocab=vocab, epochs=8, batch_sequences=3, lr=3e-3, unroll_steps=2,
+                               w_cls=1.0, progress=False, autocast=dtype) for dtype in (None, torch.bfloat16)}
+    (head32, log32), (head16, log16) = runs[None], runs[torch.bfloat16]
+    assert all(p.dtype == torch.float32 for p in head16.parameters())
+    first32, first16 = log32["loss"][0][1], log16["loss"][0][1]
+    assert first16 == pytest.approx(first32, rel=0.02) and first16 != first32  # the same loss, rounded otherwise
+    assert log16["loss"][-1][1] < 0.7 * first16
+    assert chain_acceptance(head16, model, fs, fit, gamma=3)[1] > 0.2
+    with pytest.raises(ValueError, match="autocast"):
+        train_eagle(fs, model, fit, vocab=vocab, epochs=1, progress=False, autocast=torch.float64)
+
+
 def test_bad_arguments():
     model = tiny_model()
     with pytest.raises(ValueError, match="draft_vocab_size"):
