@@ -40,11 +40,17 @@ from specbook.models.dtype import dtype_name, resolve_dtype  # noqa: E402
 from specbook.models.smollm2 import load_smollm2  # noqa: E402
 
 
-def step_ms(target, context: torch.Tensor, steps: int, width: int = 1) -> float:
-    """Median milliseconds of one forward of ``width`` tokens (a chain) after ``context``, each rolled back."""
+def after_context(target, context: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Reset ``target`` and run ``context`` through it; return (its length to roll back to, the
+    ``width`` tokens of each timed pass)."""
     target.reset(1)
     target.forward(context)
-    base, one = torch.tensor([context.shape[1]]), context[:, -width:]
+    return torch.tensor([context.shape[1]]), context[:, -width:]
+
+
+def step_ms(target, context: torch.Tensor, steps: int, width: int = 1) -> float:
+    """Median milliseconds of one forward of ``width`` tokens (a chain) after ``context``, each rolled back."""
+    base, one = after_context(target, context, width)
     times = []
     for _ in range(steps + 1):  # the first is a warm-up
         t0 = time.perf_counter()
@@ -70,9 +76,7 @@ def group_of(name: str) -> str:
 def kernel_table(target, context: torch.Tensor, steps: int, width: int = 1) -> list[dict]:
     """Every operation of ``steps`` profiled passes of ``width`` tokens, most self time first: ms and calls
     per step, and its group."""
-    target.reset(1)
-    target.forward(context)
-    base, one = torch.tensor([context.shape[1]]), context[:, -width:]
+    base, one = after_context(target, context, width)
     with torch.profiler.profile() as prof:
         for _ in range(steps):
             target.forward(one)
