@@ -7,7 +7,7 @@ import torch
 from specbook.decode import generate, speculative_generate
 from specbook.drafters.ngram import NGramDrafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
-from specbook.models.compiled import CompiledTarget
+from specbook.models.compiled import SPAN_BLOCK, CompiledTarget
 from specbook.sampling import GREEDY
 
 TINY = LlamaConfig(vocab_size=97, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=96,
@@ -74,6 +74,34 @@ def test_a_compiled_tree_pass_scores_and_keeps_as_the_eager_target(tiny_and_targ
     target(tokens, parents)
     target.keep([[0, 1, 3]])
     assert not torch.allclose(target(torch.tensor([[4, 6]])), eager(torch.tensor([[4, 6]])), atol=1e-3)
+
+
+def test_attention_reads_a_span_that_grows_without_recompiling():
+    """Attention reads the cache's first S slots, S rounded up to SPAN_BLOCK: a generation that
+    crosses from one span to the next two keeps the eager model's tokens, on the graph compiled
+    at the first span (S is dynamic), and sees no slot it must not (stale ones past the span)."""
+    from torch._dynamo.utils import counters
+
+    config = LlamaConfig(**{**TINY.__dict__, "max_position_embeddings": 256})
+    model = LlamaModel(config).init_weights(std=0.3, generator=torch.Generator().manual_seed(1)).eval()
+    target = CompiledTarget(model, max_length=200, widths=(1,), autotune=False)
+    eager = LlamaTarget(model, max_length=200)
+    assert SPAN_BLOCK == 64
+    prompt = torch.randint(0, 97, (60,), generator=torch.Generator().manual_seed(2)).tolist()
+    target.warm_up()
+    graphs = counters["stats"]["unique_graphs"]
+    assert greedy(target, prompt, 80) == greedy(eager, prompt, 80)  # spans 64, 128 and 192
+    assert counters["stats"]["unique_graphs"] == graphs
+    target.reset(1)
+    target.prefill(torch.tensor([prompt[:5]]))  # a short row now; the slots past it hold the long one
+    # the same up to the kernels' rounding (a stale slot seen would move the logits by whole units)
+    torch.testing.assert_close(target(torch.tensor([[7]])), eager_logits(eager, prompt[:5] + [7]), rtol=1e-4, atol=1e-4)
+
+
+def eager_logits(eager, ids: list[int]) -> torch.Tensor:
+    eager.reset(1)
+    eager.prefill(torch.tensor([ids[:-1]]))
+    return eager(torch.tensor([ids[-1:]]))
 
 
 def test_passes_wider_than_every_width_are_counted_apart_from_the_prefill(tiny_and_target):
