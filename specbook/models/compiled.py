@@ -10,15 +10,15 @@ Compiled, the same step is one generated C++ function: the small operations are 
 Python is gone, and with ``max_autotune`` inductor times its own C++ matrix-product templates
 against oneDNN's for every weight shape and keeps the faster (on a 2-core AMD EPYC without
 AMX, its template streamed the LM head in 1.06 ms against oneDNN's 1.84 ms).  Compiling
-needs every shape fixed, so a pass attends over the whole cache buffer of T slots with a
-mask that hides the slots not yet written, and a pass of N tokens runs in a graph of fixed
-width W >= N: each width compiles once (about a minute, then cached by torch for this process).
-Two things keep the time around the products small: attention reads only the cache's first S
-slots, S the slots written so far rounded up to a multiple of :data:`SPAN_BLOCK` (S is the one
-size left dynamic in the graph, so it compiles once for every S), and the graph is called
-through a generated C++ wrapper (inductor's ``cpp_wrapper``) instead of Python.  Measured on a
-2-core Xeon with AMX, one float32 token after 60 cached tokens: 27.4 ms with neither, 24.9 ms
-with both (docs/bench.md, "The time around the products").
+wants shapes fixed, so the cache is one buffer of T slots, a pass attends with a mask that
+hides the slots not yet written, and a pass of N tokens runs in a graph of fixed width W >= N:
+each width compiles once (about a minute, then cached by torch for this process).
+Attention reads only the cache's first S slots, S the slots written so far rounded up to a
+multiple of :data:`SPAN_BLOCK`; S is the one size left dynamic in the graph, so a width still
+compiles once.  Measured side by side on a 2-core Xeon with AMX (``scripts/compiled_overheads.py``),
+one float32 token after 60 cached tokens of a 600-slot cache: 28.7 ms over every slot, 26.1 ms
+over the span; calling the graph from inductor's generated C++ wrapper instead of Python changed
+nothing measurable, so it stays off (docs/bench.md, "The time around the products").
 
 :class:`CompiledTarget` is the same Target as :class:`~specbook.models.target.LlamaTarget`
 (batch 1), so plain decoding and every drafter run through the one decoding loop
@@ -42,7 +42,7 @@ from .cache import KVCache
 from .llama import LlamaModel, rotate_half
 from .target import LlamaTarget
 
-SPAN_BLOCK = 64  # attention reads the cache's slots in spans of this many (rounded up); never 1, which torch specialises
+SPAN_BLOCK = 64  # attention reads the cache in spans of this many slots (rounded up): never 1, which torch specialises
 
 
 class CompiledPass(nn.Module):
@@ -111,14 +111,22 @@ class CompiledTarget(LlamaTarget):
     prefill) and ``logits_to_keep`` run eagerly, on the same cache.
 
     ``autotune=True`` compiles in mode "max-autotune": inductor times its own matrix-product
-    templates against oneDNN's (slower to compile, faster to run).  Weights are frozen into the
+    templates against oneDNN's (slower to compile, faster to run).  ``span_block``: attention
+    reads the cache's written slots rounded up to a multiple of this (at least 2; None: every
+    slot, the span static); ``cpp_wrapper``: the graph called from a generated C++ function
+    rather than Python (off: it bought nothing measurable).  Both stay switchable so that
+    ``scripts/compiled_overheads.py`` can time what each buys.  Weights are frozen into the
     compiled code (inductor's ``freezing``, switched on around each call; passed as
     ``torch.compile(options=...)`` instead it did not take effect here: 48 ms a token instead
     of 22), so the model must not change after the first pass."""
 
     def __init__(self, model: LlamaModel, max_length: int = 2048, widths: Sequence[int] = (1,),
-                 autotune: bool = True):
+                 autotune: bool = True, span_block: int | None = SPAN_BLOCK, cpp_wrapper: bool = False):
+        if span_block is not None and (isinstance(span_block, bool) or not isinstance(span_block, int)
+                                       or span_block < 2):
+            raise ValueError(f"span_block must be an int >= 2 or None, got {span_block!r}")
         super().__init__(model, max_length)
+        self.span_block, self.cpp_wrapper = span_block, cpp_wrapper
         self.widths: tuple[int, ...] = ()
         for w in widths:
             self.allow_width(w)
@@ -188,7 +196,9 @@ class CompiledTarget(LlamaTarget):
         padded[0, :n] = tokens[0]
         positions = torch.zeros(1, width, dtype=torch.long, device=self.device)
         positions[0, :n] = start + depth
-        span = min(cache.max_length, -(-(start + width) // SPAN_BLOCK) * SPAN_BLOCK)  # slots attention reads
+        span = cache.max_length  # the slots attention reads
+        if self.span_block is not None:
+            span = min(span, -(-(start + width) // self.span_block) * self.span_block)
         visible = torch.zeros(1, 1, width, span, dtype=torch.bool, device=self.device)
         visible[..., :start] = True  # every row sees the cached context
         visible[0, 0, :n, start:start + n] = ancestors
@@ -198,10 +208,11 @@ class CompiledTarget(LlamaTarget):
         # the cache as one tensor per layer, each its first S slots (views of its (L, 1, Hkv, T, Dh) buffers): handed
         # the whole buffer, the compiled code copied all L layers' slots after every layer's write (12 of 30 ms)
         keys, values = cache.k[..., :span, :].unbind(0), cache.v[..., :span, :].unbind(0)
-        for t in (*keys, *values, visible):
-            torch._dynamo.mark_dynamic(t, t.dim() - 2 if t is not visible else 3)  # S: one graph for every span
-        # weights as constants (the first pass of a width compiles); the graph called from C++, not Python
-        with inductor_config.patch(freezing=True, cpp_wrapper=True):
+        if self.span_block is not None:
+            for t in (*keys, *values, visible):
+                torch._dynamo.mark_dynamic(t, t.dim() - 2 if t is not visible else 3)  # S: one graph for every span
+        # weights as constants (the first pass of a width compiles)
+        with inductor_config.patch(freezing=True, cpp_wrapper=self.cpp_wrapper):
             logits, hidden = self.passes(padded, positions, slots, keys, values, visible)
         cache.appended(n)
         self.compiled_passes += 1

@@ -211,3 +211,20 @@ def test_the_step_profile_counts_every_matrix_product_kernel_as_one():
         assert group_of(name) == "matrix products", name
     assert group_of("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
     assert group_of("aten::empty") == "everything else"
+
+
+@pytest.mark.parametrize("argv", [["--rounds", "0"], ["--contexts", "500", "--max-length", "400"],
+                                  ["--contexts", "60,x"], ["--contexts", "0,60"]])
+def test_the_overheads_script_refuses_bad_arguments_before_loading_anything(argv, capsys):
+    from support import load_script
+
+    with pytest.raises(SystemExit) as exit_:
+        load_script("compiled_overheads").main(argv)
+    assert exit_.value.code == 2 and argv[-2] in capsys.readouterr().err
+
+
+def test_the_span_block_is_checked(tiny_and_target):
+    model, _ = tiny_and_target
+    for bad in (1, 0, True, 64.0):
+        with pytest.raises(ValueError, match="span_block"):
+            CompiledTarget(model, max_length=64, span_block=bad, autotune=False)
