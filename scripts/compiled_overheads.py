@@ -1,15 +1,17 @@
-"""What the compiled pass's two overhead cuts buy, side by side: the attention span and the C++ call.
+"""What the compiled pass's cuts around its products buy, side by side: attention's span and form, the C++ call.
 
     python scripts/compiled_overheads.py                          # bfloat16 where native, one token a pass
     python scripts/compiled_overheads.py --dtype float32 --width 5 --json overheads.json
 
-Builds four :class:`~specbook.models.compiled.CompiledTarget` of the same model, one for each
-combination of
+Builds four :class:`~specbook.models.compiled.CompiledTarget` of the same model:
 
-* the attention span: every cache slot (``span_block=None``, the graph's shapes all static)
-  or only the slots written so far rounded up to 64 (``span_block=64``, the default);
-* the call: the graph run from Python (``cpp_wrapper=False``, the default) or from inductor's
-  generated C++ wrapper (``cpp_wrapper=True``),
+* "every slot": attention over every cache slot (``span_block=None``, the graph's shapes all
+  static), through torch's fused kernel (``attention="fused"``), the graph called from Python;
+* "span": attention over the slots written so far rounded up to 64 (``span_block=64``, the
+  default), otherwise the same;
+* "span, C++ call": the graph called from inductor's generated C++ wrapper (``cpp_wrapper=True``);
+* "span, products": attention as two matrix products compiled with the rest of the pass
+  (``attention="products"``, the default for float32 weights),
 
 compiles each at ``--width`` (mode "max-autotune": about a minute each), then times passes of
 ``--width`` chained tokens after each of ``--contexts`` cached tokens: the four targets take
@@ -38,11 +40,11 @@ from specbook.models.dtype import dtype_name, resolve_dtype  # noqa: E402
 from specbook.models.smollm2 import load_smollm2  # noqa: E402
 from specbook.progress import progress_bar  # noqa: E402
 
-VARIANTS = {  # name: (span_block, cpp_wrapper)
-    "whole cache, Python call": (None, False),
-    f"span of {SPAN_BLOCK}, Python call": (SPAN_BLOCK, False),
-    "whole cache, C++ call": (None, True),
-    f"span of {SPAN_BLOCK}, C++ call": (SPAN_BLOCK, True),
+VARIANTS = {  # name: (span_block, cpp_wrapper, attention)
+    "every slot": (None, False, "fused"),
+    "span": (SPAN_BLOCK, False, "fused"),
+    "span, C++ call": (SPAN_BLOCK, True, "fused"),
+    "span, products": (SPAN_BLOCK, False, "products"),
 }
 
 
@@ -90,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     model, _ = load_smollm2("cpu", dtype)
     targets = {}
     for name in progress_bar(VARIANTS, desc="compiling four targets (about a minute each)"):
-        span_block, cpp_wrapper = VARIANTS[name]
+        span_block, cpp_wrapper, attention = VARIANTS[name]
         targets[name] = CompiledTarget(model, args.max_length, (args.width,), span_block=span_block,
-                                       cpp_wrapper=cpp_wrapper)
+                                       cpp_wrapper=cpp_wrapper, attention=attention)
         targets[name].warm_up()
     tokens = torch.randint(100, 10_000, (1, args.width), generator=torch.Generator().manual_seed(1))
     rows = []
@@ -108,12 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 seconds[name] += time_passes(targets[name], context, tokens, args.steps)
         rows.append({"context": context, **{name: round(statistics.median(s) * 1e3, 3) for name, s in seconds.items()}})
-    first, last = list(VARIANTS)[0], list(VARIANTS)[-1]
     print(f"one pass of {args.width} token(s), {dtype_name(dtype)}, ms (median of {args.rounds} x {args.steps}), "
           f"{args.max_length} cache slots:\n")
-    print(markdown_table(["cached tokens", *VARIANTS, "first / last"],
-                         [[str(r["context"]), *(f"{r[n]:.2f}" for n in VARIANTS), f"{r[first] / r[last]:.2f}x"]
-                          for r in rows], "l" + "r" * (len(VARIANTS) + 1)))
+    print(markdown_table(["cached tokens", *VARIANTS], [[str(r["context"]), *(f"{r[n]:.2f}" for n in VARIANTS)]
+                                                        for r in rows], "l" + "r" * len(VARIANTS)))
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine_info("cpu"), "dtype": dtype_name(dtype),
                                                "width": args.width, "max_length": args.max_length,

@@ -39,7 +39,7 @@ from torch import nn
 
 from ..progress import progress_bar
 from .cache import KVCache
-from .llama import LlamaModel, rotate_half
+from .llama import LlamaModel, matmul_attention, rotate_half
 from .target import LlamaTarget
 
 SPAN_BLOCK = 64  # attention reads the cache in spans of this many slots (rounded up): never 1, which torch specialises
@@ -55,9 +55,10 @@ class CompiledPass(nn.Module):
     -> (logits (1, W, V) float32, the last block's output (1, W, D) before the final norm).
     A decode step is W = 1; a verify pass of a chain or a tree is W = its width (padded)."""
 
-    def __init__(self, model: LlamaModel, max_length: int):
+    def __init__(self, model: LlamaModel, max_length: int, attention: str = "fused"):
         super().__init__()
         self.model = model
+        self.products = attention == "products"  # attention as two matrix products, else torch's fused kernel
         w = model.embed.weight
         self.cos, self.sin = model._rope_tables(max_length, w.device, w.dtype)  # (P, Dh) each
 
@@ -78,7 +79,10 @@ class CompiledPass(nn.Module):
             v = qkv[..., (H + Hkv) * Dh:].view(1, W, Hkv, Dh).transpose(1, 2)
             k_cache[i][:, :, slots] = k  # W slots of this layer's own tensor: written in place
             v_cache[i][:, :, slots] = v
-            y = F.scaled_dot_product_attention(q, k_cache[i], v_cache[i], attn_mask=mask)  # (1, Hkv, G W, Dh)
+            if self.products:
+                y = matmul_attention(q, k_cache[i], v_cache[i], mask, False)  # (1, Hkv, G W, Dh)
+            else:
+                y = F.scaled_dot_product_attention(q, k_cache[i], v_cache[i], attn_mask=mask)
             y = y.reshape(1, H, W, Dh).transpose(1, 2).reshape(1, W, H * Dh)
             x = x + F.linear(y, attn.wo.weight, attn.wo.bias)
             gate, up = F.linear(block.mlp_norm(x), mlp.w_gate_up.weight, mlp.w_gate_up.bias).chunk(2, dim=-1)
@@ -114,19 +118,29 @@ class CompiledTarget(LlamaTarget):
     templates against oneDNN's (slower to compile, faster to run).  ``span_block``: attention
     reads the cache's written slots rounded up to a multiple of this (at least 2; None: every
     slot, the span static); ``cpp_wrapper``: the graph called from a generated C++ function
-    rather than Python (off: it bought nothing measurable).  Both stay switchable so that
-    ``scripts/compiled_overheads.py`` can time what each buys.  Weights are frozen into the
+    rather than Python (off: it bought nothing measurable); ``attention``: "fused" (torch's
+    ``F.scaled_dot_product_attention``), "products" (:func:`~specbook.models.llama.matmul_attention`,
+    two matrix products that inductor compiles with the rest of the pass) or "auto" (products for
+    float32 weights, fused otherwise: on a 2-core Xeon with AMX the products took a float32 pass
+    from 26.3 to 24.9 ms and a bfloat16 one from 15.8 to 19.1).  All three stay switchable so
+    that ``scripts/compiled_overheads.py`` can time what each buys.  Weights are frozen into the
     compiled code (inductor's ``freezing``, switched on around each call; passed as
     ``torch.compile(options=...)`` instead it did not take effect here: 48 ms a token instead
     of 22), so the model must not change after the first pass."""
 
     def __init__(self, model: LlamaModel, max_length: int = 2048, widths: Sequence[int] = (1,),
-                 autotune: bool = True, span_block: int | None = SPAN_BLOCK, cpp_wrapper: bool = False):
+                 autotune: bool = True, span_block: int | None = SPAN_BLOCK, cpp_wrapper: bool = False,
+                 attention: str = "auto"):
+        if attention not in ("auto", "fused", "products"):
+            raise ValueError(f"attention must be 'auto', 'fused' or 'products', got {attention!r}")
         if span_block is not None and (isinstance(span_block, bool) or not isinstance(span_block, int)
                                        or span_block < 2):
             raise ValueError(f"span_block must be an int >= 2 or None, got {span_block!r}")
         super().__init__(model, max_length)
         self.span_block, self.cpp_wrapper = span_block, cpp_wrapper
+        if attention == "auto":
+            attention = "products" if model.embed.weight.dtype == torch.float32 else "fused"
+        self.attention = attention
         self.widths: tuple[int, ...] = ()
         for w in widths:
             self.allow_width(w)
@@ -134,7 +148,7 @@ class CompiledTarget(LlamaTarget):
         # they were wider than every compiled width (a drafter's pass the widths did not cover)
         self.compiled_passes = self.eager_passes = self.wide_passes = 0
         raise_recompile_limit()
-        self.passes = torch.compile(CompiledPass(model, max_length), fullgraph=True, dynamic=False,
+        self.passes = torch.compile(CompiledPass(model, max_length, attention), fullgraph=True, dynamic=False,
                                     mode="max-autotune" if autotune else None)
 
     def allow_width(self, width: int) -> None:

@@ -223,8 +223,27 @@ def test_the_overheads_script_refuses_bad_arguments_before_loading_anything(argv
     assert exit_.value.code == 2 and argv[-2] in capsys.readouterr().err
 
 
-def test_the_span_block_is_checked(tiny_and_target):
+def test_the_span_block_and_the_attention_form_are_checked(tiny_and_target):
     model, _ = tiny_and_target
     for bad in (1, 0, True, 64.0):
         with pytest.raises(ValueError, match="span_block"):
             CompiledTarget(model, max_length=64, span_block=bad, autotune=False)
+    with pytest.raises(ValueError, match="attention"):
+        CompiledTarget(model, max_length=64, attention="flash", autotune=False)
+    assert CompiledTarget(model, max_length=64, autotune=False).attention == "products"  # float32 weights
+    half = LlamaModel(TINY).to(torch.bfloat16)
+    assert CompiledTarget(half, max_length=64, autotune=False).attention == "fused"
+
+
+@pytest.mark.parametrize("attention", ["fused", "products"])
+def test_both_attention_forms_score_as_the_eager_model(tiny_and_target, attention):
+    model, _ = tiny_and_target
+    target = CompiledTarget(model, max_length=64, widths=(1, 4), autotune=False, attention=attention)
+    eager = LlamaTarget(model, max_length=64)
+    prompt = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(7))
+    for t in (target, eager):
+        t.reset(1)
+        t.prefill(prompt)
+    tokens = torch.tensor([[3, 5, 7]])
+    torch.testing.assert_close(target(tokens), eager(tokens), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(target(tokens[:, :1]), eager(tokens[:, :1]), rtol=1e-4, atol=1e-4)
