@@ -15,10 +15,12 @@ hides the slots not yet written, and a pass of N tokens runs in a graph of fixed
 each width compiles once (about a minute, then cached by torch for this process).
 Attention reads only the cache's first S slots, S the slots written so far rounded up to a
 multiple of :data:`SPAN_BLOCK`; S is the one size left dynamic in the graph, so a width still
-compiles once.  Measured side by side on a 2-core Xeon with AMX (``scripts/compiled_overheads.py``),
-one float32 token after 60 cached tokens of a 600-slot cache: 28.7 ms over every slot, 26.1 ms
-over the span; calling the graph from inductor's generated C++ wrapper instead of Python changed
-nothing measurable, so it stays off (docs/bench.md, "The time around the products").
+compiles once.  With float32 weights attention is two matrix products compiled with the rest of
+the pass rather than torch's fused kernel.  Measured side by side on a 2-core Xeon with AMX
+(``scripts/compiled_overheads.py``), one float32 token after 60 cached tokens of a 600-slot
+cache: 28.6 ms over every slot, 26.1 ms over the span, 24.4 ms with the products as well;
+calling the graph from inductor's generated C++ wrapper instead of Python changed nothing
+measurable, so it stays off (docs/bench.md, "The time around the products").
 
 :class:`CompiledTarget` is the same Target as :class:`~specbook.models.target.LlamaTarget`
 (batch 1), so plain decoding and every drafter run through the one decoding loop
@@ -122,7 +124,7 @@ class CompiledTarget(LlamaTarget):
     ``F.scaled_dot_product_attention``), "products" (:func:`~specbook.models.llama.matmul_attention`,
     two matrix products that inductor compiles with the rest of the pass) or "auto" (products for
     float32 weights, fused otherwise: on a 2-core Xeon with AMX the products took a float32 pass
-    from 26.3 to 24.9 ms and a bfloat16 one from 15.8 to 19.1).  All three stay switchable so
+    from 26.1 to 24.4 ms and a bfloat16 one from 16.2 to 18.7).  All three stay switchable so
     that ``scripts/compiled_overheads.py`` can time what each buys.  Weights are frozen into the
     compiled code (inductor's ``freezing``, switched on around each call; passed as
     ``torch.compile(options=...)`` instead it did not take effect here: 48 ms a token instead
