@@ -33,6 +33,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specbook.bench.timing import rotated  # noqa: E402
 from specbook.machine import machine_info  # noqa: E402
 from specbook.markdown import markdown_table  # noqa: E402
 from specbook.models.compiled import SPAN_BLOCK, CompiledTarget  # noqa: E402
@@ -106,8 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             time_passes(target, context, tokens, 2)  # warm
         seconds = {name: [] for name in targets}
         for r in range(args.rounds):
-            names = list(targets)[r % len(targets):] + list(targets)[:r % len(targets)]  # each goes first in turn
-            for name in names:
+            for name in rotated(list(targets), r):  # each goes first in turn
                 seconds[name] += time_passes(targets[name], context, tokens, args.steps)
         rows.append({"context": context, **{name: round(statistics.median(s) * 1e3, 3) for name, s in seconds.items()}})
     print(f"one pass of {args.width} token(s), {dtype_name(dtype)}, ms (median of {args.rounds} x {args.steps}), "
