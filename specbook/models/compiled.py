@@ -149,6 +149,7 @@ class CompiledTarget(LlamaTarget):
         # since construction: passes run compiled, run eagerly, and run eagerly after a prefill because
         # they were wider than every compiled width (a drafter's pass the widths did not cover)
         self.compiled_passes = self.eager_passes = self.wide_passes = 0
+        self._traced: set[int] = set()  # widths whose graph exists (their span marked dynamic when it was traced)
         raise_recompile_limit()
         self.passes = torch.compile(CompiledPass(model, max_length, attention), fullgraph=True, dynamic=False,
                                     mode="max-autotune" if autotune else None)
@@ -224,12 +225,13 @@ class CompiledTarget(LlamaTarget):
         # the cache as one tensor per layer, each its first S slots (views of its (L, 1, Hkv, T, Dh) buffers): handed
         # the whole buffer, the compiled code copied all L layers' slots after every layer's write (12 of 30 ms)
         keys, values = cache.k[..., :span, :].unbind(0), cache.v[..., :span, :].unbind(0)
-        if self.span_block is not None:
+        if self.span_block is not None and width not in self._traced:  # once a width's graph exists, S stays dynamic
             for t in (*keys, *values, visible):
                 torch._dynamo.mark_dynamic(t, t.dim() - 2 if t is not visible else 3)  # S: one graph for every span
         # weights as constants (the first pass of a width compiles)
         with inductor_config.patch(freezing=True, cpp_wrapper=self.cpp_wrapper):
             logits, hidden = self.passes(padded, positions, slots, keys, values, visible)
+        self._traced.add(width)
         cache.appended(n)
         self.compiled_passes += 1
         self.last_hidden = hidden[:, :n]  # (1, N, D)
