@@ -95,7 +95,7 @@ from .engines import VERIFIERS, CompiledEngine, RunResult, SpecbookEngine
 from .arguments import check_device, check_json_path, parse_gamma, plot_path
 from .registry import DRAFTERS, get_drafter
 from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256, versus_specbook
-from .sizing import padded_curve, resize, size_chain, size_tree
+from .sizing import padded_curve, resize, size_chain, size_replay, size_tree
 from .timing import add_roofline, matvec_read_bandwidth, memory_read_bandwidth, verify_cost_curve
 from .workloads import load_prompts, select
 
@@ -226,6 +226,8 @@ def size_drafters(args, sb: SpecbookEngine, model, tokenizer, drafters, pilot_id
 
         if spec.sizing == "chain":
             sizes[d] = size_chain(sb.target, make(gamma=MAX_GAMMA), pilot_ids, v, max_gamma=MAX_GAMMA, eos_token_id=eos)
+        elif spec.sizing == "replay":
+            sizes[d] = size_replay(sb.target, make(gamma=MAX_GAMMA), pilot_ids, v, max_gamma=MAX_GAMMA, eos_token_id=eos)
         elif spec.sizing == "tree":
             sizes[d] = size_tree(sb.target, lambda n: make(gamma=MAX_GAMMA, tree=n), spec.budgets, pilot_ids, v,
                                  eos_token_id=eos, step_seconds=curve["seconds"][0])

@@ -58,7 +58,8 @@ class DrafterSpec:
     make: Callable
     transformers_kwargs: Callable | None = None
     description: str = ""
-    sizing: str | None = None  # "chain": gamma chosen by bench.sizing; "tree": the node budget (make(tree=N))
+    sizing: str | None = None  # "chain": gamma chosen by bench.sizing; "replay": the same for drafts that depend on
+    # the context alone, from a replay of the pilot's text; "tree": the node budget (make(tree=N))
     budgets: tuple[int, ...] = ()  # the node budgets a "tree" drafter is piloted at
 
 
@@ -72,8 +73,8 @@ def register_drafter(name: str, make: Callable, *, transformers_kwargs: Callable
         raise ValueError(f"name must be a non-empty string without commas, got {name!r}")
     if name in DRAFTERS and not replace:
         raise ValueError(f"drafter {name!r} is already registered (pass replace=True to override)")
-    if sizing not in (None, "chain", "tree"):
-        raise ValueError(f"sizing must be None, 'chain' or 'tree', got {sizing!r}")
+    if sizing not in (None, "chain", "replay", "tree"):
+        raise ValueError(f"sizing must be None, 'chain', 'replay' or 'tree', got {sizing!r}")
     if sizing == "tree" and not budgets:
         raise ValueError(f"drafter {name!r}: sizing='tree' needs the node budgets to pilot (budgets=...)")
     DRAFTERS[name] = spec = DrafterSpec(name, make, transformers_kwargs, description, sizing, tuple(budgets))
@@ -139,7 +140,7 @@ register_drafter("ngram", lambda model, tokenizer, **_: NGramDrafter(max_ngram=3
                  transformers_kwargs=lambda hf, tok, *, gamma, **_: {"prompt_lookup_num_tokens": gamma,
                                                                      "max_matching_ngram_size": 3},
                  description="prompt lookup: longest suffix match of up to 3 tokens (no model); gamma sized by "
-                 "this machine's verify cost and a pilot's acceptance", sizing="chain")
+                 "this machine's verify cost and what it would have drafted on a pilot's text", sizing="replay")
 register_drafter("ngram-adaptive", make_ngram_adaptive, description="prompt lookup (n <= 6), draft length chosen "
                  "per step from recent acceptance (per row and draft position) and the measured verify cost")
 register_drafter("layerskip", make_layer_skip, description=f"the target's first {DEFAULT_EXIT_LAYER} blocks + its "

@@ -13,7 +13,12 @@ How long a draft pays depends on two measurements, made here and now:
 Chains follow Leviathan et al. (2023, eq. 1 and Thm 3.8): with per-token acceptance alpha, a
 chain of gamma drafts yields E = (1 - alpha^(gamma+1)) / (1 - alpha) tokens per pass, and
 the speedup is E / (gamma c + v(gamma + 1)); :func:`specbook.theory.optimal_gamma` picks the
-best gamma.  Trees have no such closed form (EAGLE-2 reshapes its tree every step), so each
+best gamma.  Prompt lookup breaks that model's one assumption: it drafts nothing where no suffix
+of the context recurs and long runs that are accepted whole where one does, so its acceptance is
+no single alpha (one pilot saw alpha 0.42 and tau 2.0 at gamma 4 on code, 1.1 on chat).  Its
+drafts depend on the context alone, though, so at temperature 0 what it would have drafted at
+every gamma can be replayed on the pilot's greedy text, pass by pass, without the target
+(:func:`replay_chain`); the gamma with the most tokens per unit of verify cost wins.  Trees have no such closed form (EAGLE-2 reshapes its tree every step), so each
 candidate budget is piloted and the one with the most tokens per pass per unit of cost,
 tau(N) / (c(N) + v(N + 1)), wins, where c(N) is the pilot's drafting time per pass over the
 target's one-position pass (a bigger tree needs more head passes).  Tokens per pass do not
@@ -24,10 +29,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from .. import theory
 from ..costs import CostCurve
 from ..decode import speculative_generate
 from ..sampling import GREEDY
+from ..validate import check_count
 from .measure import TimedDrafter
 
 PILOT_NEW_TOKENS = 32
@@ -43,11 +51,24 @@ class Sizing:
     pilot: dict  # chain: {"alpha": ...}; tree: {budget: tau}
     source: str  # how it was chosen
     draft_cost: dict = field(default_factory=dict)  # tree: {budget: c(N)}, drafting per pass over t(1)
+    replay: dict = field(default_factory=dict)  # replayed chain: {gamma: (tokens, [positions of each pass])}
 
     def as_json(self) -> dict:
-        return {"kind": self.kind, "chosen": self.chosen, "predicted_speedup": round(self.predicted_speedup, 4),
-                "pilot": {str(k): round(v, 4) for k, v in self.pilot.items()},
-                "draft_cost": {str(k): round(v, 4) for k, v in self.draft_cost.items()}, "source": self.source}
+        out = {"kind": self.kind, "chosen": self.chosen, "predicted_speedup": round(self.predicted_speedup, 4),
+               "pilot": {str(k): round(v, 4) for k, v in self.pilot.items()},
+               "draft_cost": {str(k): round(v, 4) for k, v in self.draft_cost.items()}, "source": self.source}
+        if self.replay:  # per gamma: tokens and how many passes fed n positions (index n - 1)
+            out["replay"] = {str(g): {"tokens": tokens, "passes_by_positions": _histogram(widths)}
+                             for g, (tokens, widths) in self.replay.items()}
+        return out
+
+
+def _histogram(widths: Sequence[int]) -> list[int]:
+    """[passes of 1 position, of 2, ...] up to the widest."""
+    counts = [0] * max(widths, default=0)
+    for n in widths:
+        counts[n - 1] += 1
+    return counts
 
 
 def pilot(target, drafter, prompts: Sequence[list[int]], gamma: int, eos_token_id=None,
@@ -90,6 +111,72 @@ def size_chain(target, drafter, prompts, v: Sequence[float], *, c: float = 0.0, 
     return Sizing("chain", gamma, predicted, {"alpha": alpha},
                   f"argmax of E(alpha, gamma) / (gamma c + v(gamma + 1)), c = {c:.3f}, alpha from a pilot of "
                   f"{len(prompts)} prompt(s) x {PILOT_NEW_TOKENS} tokens")
+
+
+def replay_chain(drafter, prompt: Sequence[int], trace: Sequence[int], gamma: int, max_new_tokens: int) -> list[int]:
+    """The positions fed to each target pass (drafts + 1) of a greedy speculative decode that emits ``trace``
+    after ``prompt`` with ``drafter`` at ``gamma`` drafts, worked out without the target.
+
+    Valid for a drafter whose proposal depends on the context alone (prompt lookup): at temperature
+    0 the loop emits the greedy text whatever the drafts, so a pass at context x_<t accepts the
+    drafts that repeat ``trace`` from t, emits one token more, and the next pass starts after
+    them.  As the loop does (:mod:`specbook.decode`), a pass asks for no more drafts than the
+    budget ``max_new_tokens`` leaves room for, and the decode ends where ``trace`` ends (its
+    budget or its end token)."""
+    if hasattr(drafter, "reset"):
+        drafter.reset()
+    prompt, trace, widths, t = list(prompt), list(trace), [], 0
+    while t < len(trace):
+        room = min(gamma, max_new_tokens - t - 1)
+        draft = drafter.propose([torch.tensor(prompt + trace[:t])], room, GREEDY).tokens[0].tolist()
+        k = 0
+        while k < len(draft) and t + k < len(trace) and draft[k] == trace[t + k]:
+            k += 1
+        widths.append(len(draft) + 1)
+        t += k + 1  # the last pass emits what is left: the loop stops at the end of `trace`
+    return widths
+
+
+def replay_score(tokens: int, widths: Sequence[int], v: Sequence[float]) -> float:
+    """Speedup over plain decoding of passes of ``widths`` positions that emitted ``tokens``: plain decoding
+    pays one one-position pass a token, the replay v(n) for each pass of n positions."""
+    cost = CostCurve(v).after  # cost(K) = v(K + 1)
+    return tokens / sum(cost(n - 1) for n in widths)
+
+
+def size_replay(target, drafter, prompts, v: Sequence[float], *, max_gamma: int = 16, eos_token_id=None,
+                new_tokens: int = PILOT_NEW_TOKENS) -> Sizing:
+    """gamma for a drafter whose drafts depend on the context alone (prompt lookup), from what it would
+    have drafted at each gamma on the greedy text of a pilot: :func:`replay_chain` gives every pass's
+    width, and the gamma with the most tokens per unit of verify cost, tokens / sum v(n), wins (ties:
+    the shorter chain).  Unlike :func:`size_chain` no law of acceptance is assumed: prompt lookup
+    drafts nothing where no suffix matches and long runs where one does, which one alpha misreads.
+    The pilot decodes once, speculatively at ``max_gamma`` (its text is greedy decoding's)."""
+    check_count("max_gamma", max_gamma, 1)
+    traces, accepted, verified = [], 0, 0
+    for ids in prompts:
+        if hasattr(drafter, "reset"):
+            drafter.reset()
+        out = speculative_generate(target, drafter, [list(ids)], new_tokens, params=GREEDY, gamma=max_gamma,
+                                   eos_token_id=eos_token_id)
+        traces.append((list(ids), out.new_tokens[0, : int(out.lengths[0])].tolist()))
+        accepted, verified = accepted + out.stats.accepted, verified + out.stats.verified
+    replay = {}
+    for gamma in range(1, max_gamma + 1):
+        widths = [n for ids, trace in traces for n in replay_chain(drafter, ids, trace, gamma, new_tokens)]
+        replay[gamma] = (sum(len(trace) for _, trace in traces), widths)
+    alpha = accepted / verified if verified else 0.0
+    return _replay_sizing(replay, v, alpha, f"argmax over gamma of tokens / sum of v(n) over the passes the "
+                          f"drafter would have made, replayed on the greedy text of a pilot of {len(prompts)} "
+                          f"prompt(s) x {new_tokens} tokens")
+
+
+def _replay_sizing(replay: dict, v: Sequence[float], alpha: float, source: str, max_gamma: int | None = None) -> Sizing:
+    scores = {g: replay_score(tokens, widths, v) for g, (tokens, widths) in replay.items()
+              if max_gamma is None or g <= max_gamma}
+    best = max(scores, key=lambda g: (round(scores[g], 9), -g))
+    taus = {f"tau@{g}": tokens / len(widths) for g, (tokens, widths) in replay.items()}
+    return Sizing("chain", best, scores[best], {"alpha": alpha, **taus}, source, replay=replay)
 
 
 def best_tree(taus: dict, c: dict, v: Sequence[float]) -> tuple[int, float]:
@@ -140,6 +227,8 @@ def resize(sizing: Sizing, v: Sequence[float], step_ratio: float = 1.0, max_gamm
     drafting a larger share of it)."""
     if not step_ratio > 0:
         raise ValueError(f"step_ratio must be > 0, got {step_ratio!r}")
+    if sizing.kind == "chain" and sizing.replay:
+        return _replay_sizing(sizing.replay, v, sizing.pilot["alpha"], sizing.source + "; v of this engine", max_gamma)
     if sizing.kind == "chain":
         gamma, predicted = choose_gamma(sizing.pilot["alpha"], v, 0.0, max_gamma)
         return Sizing("chain", gamma, predicted, dict(sizing.pilot), sizing.source + "; v of this engine")

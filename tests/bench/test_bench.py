@@ -334,6 +334,42 @@ def test_tree_budget_is_piloted_and_weighed_by_the_verify_cost():
         size_tree(target, Perfect, (1,), [[0, 1]], [1.0] * 17, step_seconds=0.0)
 
 
+def test_a_replayed_chain_makes_the_passes_the_loop_makes():
+    """replay_chain, without the target, gives the width of every pass speculative decoding makes on the same
+    greedy text, at every gamma, budget and end token included; size_replay weighs them by v."""
+    from specbook.bench.sizing import replay_chain, replay_score, resize, size_replay
+    from specbook.decode import generate, speculative_generate
+    from specbook.drafters.ngram import NGramDrafter
+    from specbook.sampling import GREEDY
+    from specbook.toy import make_toy_pair
+
+    target, _ = make_toy_pair(7, 2, match=0.6, seed=3)  # greedy text: 10 tokens, then a cycle of 8
+    start = generate(target, [[0, 1, 2]], 24, params=GREEDY).new_tokens[0].tolist()
+    # the third decode starts inside the cycle and ends at a token of it: its drafts, copied from the
+    # prompt, run past the end token
+    for prompt, budget, eos in (([0, 1, 2], 40, None), ([3, 1, 5], 25, None), ([0, 1, 2] + start, 40, start[-5])):
+        text = generate(target, [prompt], budget, params=GREEDY, eos_token_id=eos)
+        trace = text.new_tokens[0, : int(text.lengths[0])].tolist()
+        assert (len(trace) == budget) == (eos is None)
+        for gamma in (1, 2, 3, 5, 8):
+            fed = []
+            out = speculative_generate(target, NGramDrafter(), [prompt], budget, params=GREEDY, gamma=gamma,
+                                       eos_token_id=eos, on_step=lambda step: fed.append(step.draft.num_tokens + 1))
+            assert out.new_tokens[0, : int(out.lengths[0])].tolist() == trace
+            assert replay_chain(NGramDrafter(), prompt, trace, gamma, budget) == fed, (prompt, gamma)
+    assert replay_score(6, [1, 3, 1], [1.0, 1.5, 2.0]) == pytest.approx(6 / 4.0)
+    flat = size_replay(target, NGramDrafter(), [[0, 1, 2], [3, 1]], [1.0] * 17, max_gamma=8)
+    steep = size_replay(target, NGramDrafter(), [[0, 1, 2], [3, 1]], [1.0 + n for n in range(17)], max_gamma=8)
+    assert flat.chosen > steep.chosen == 1 and flat.pilot[f"tau@{flat.chosen}"] > steep.pilot["tau@1"]
+    assert flat.predicted_speedup == pytest.approx(flat.pilot[f"tau@{flat.chosen}"])  # free verification: tau
+    record = flat.as_json()["replay"][str(flat.chosen)]
+    assert sum(record["passes_by_positions"]) == pytest.approx(record["tokens"] / flat.pilot[f"tau@{flat.chosen}"])
+    assert resize(flat, [1.0 + n for n in range(17)]).chosen == 1  # the same replay under another engine's v
+    assert resize(steep, [1.0] * 17, max_gamma=3).chosen <= 3
+    with pytest.raises(ValueError, match="max_gamma"):
+        size_replay(target, NGramDrafter(), [[0, 1]], [1.0] * 17, max_gamma=0)
+
+
 def test_another_engine_is_sized_from_the_same_pilot_under_its_own_costs():
     """resize: the compiled engine's choice from the eager pilot, its padded verify cost and its faster t(1)."""
     from specbook.bench.sizing import Sizing, padded_curve, resize
