@@ -37,8 +37,12 @@ CPU_EAGLE_TREE = DynamicTree(depth=2, top_k=2, num_nodes=3)
 CPU_MEDUSA_TREE = 4
 # The budgets the benchmark pilots for "eagle" and "medusa" (bench.sizing picks one from the
 # measured v(n) of this machine and dtype): deeper and wider as the budget grows.  Up to 16
-# nodes, so that every candidate's verify pass (N + 1 positions) lies on the measured curve.
-EAGLE_TREES = {3: CPU_EAGLE_TREE, 6: DynamicTree(depth=3, top_k=3, num_nodes=6),
+# nodes, so that every candidate's verify pass (N + 1 positions) lies on the measured curve.  EAGLE's
+# 1 and 2 are chains (its best guess, then the best guess after it): where a pass is cheap next to
+# the head's drafting (the compiled engine) or wider passes cost much more (float32), one head call
+# may pay where a tree's two or more do not.
+EAGLE_TREES = {1: DynamicTree(depth=1, top_k=1, num_nodes=1), 2: DynamicTree(depth=2, top_k=1, num_nodes=2),
+               3: CPU_EAGLE_TREE, 6: DynamicTree(depth=3, top_k=3, num_nodes=6),
                10: DynamicTree(depth=4, top_k=4, num_nodes=10), 16: DynamicTree(depth=5, top_k=4, num_nodes=16)}
 MEDUSA_BUDGETS = (4, 8, 16)
 

@@ -199,6 +199,26 @@ def test_eagle_dynamic_tree_keeps_the_best_nodes_and_needs_batch_one():
         drafter.propose([torch.tensor(context)] * 2, 4, GREEDY)
 
 
+def test_eagle_trees_of_one_and_two_nodes_are_the_heads_greedy_chain():
+    """The benchmark's EAGLE budgets 1 and 2 (specbook.bench.registry.EAGLE_TREES): the head's first guess,
+    then the guess after it, as a chain (each node the child of the one before), the chain drafter's drafts."""
+    from specbook.bench.registry import EAGLE_TREES
+
+    model = tiny_model()
+    eagle, target = tiny_eagle(model), LlamaTarget(model, 64)
+    for seed in (12, 13):
+        context = prompts(1, seed=seed)[0] + [1, 2]
+        chain = EagleDrafter(eagle, model)
+        _observe_context(chain, target, context)
+        guesses = chain.propose([torch.tensor(context)], 2, GREEDY).tokens[0].tolist()
+        for budget in (1, 2):
+            tree = EagleDrafter(eagle, model, tree=EAGLE_TREES[budget])
+            _observe_context(tree, target, context)
+            draft = tree.propose([torch.tensor(context)], 16, GREEDY)
+            assert draft.tokens[0].tolist() == guesses[:budget]
+            assert draft.parents.tolist() == list(range(-1, budget - 1))
+
+
 # ------------------------------------------------------------------------- greedy equality
 
 @pytest.mark.parametrize("kind", ["medusa-chain", "medusa-tree", "eagle-chain", "eagle-tree"])
