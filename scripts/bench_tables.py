@@ -155,16 +155,30 @@ def verify_cost_table(report: dict) -> str:
     return markdown_table(["engine", "t(1) ms"] + [f"v({n})" for n in ns], rows, "lr")
 
 
+REPLAYED_GAMMAS = (1, 2, 4, 8, 16)  # the taus of a replayed chain the table shows (the JSON has every gamma)
+
+
+def _pilot_text(pilot: dict) -> str:
+    """"alpha: 0.42, 6: 1.81" as recorded; a replayed chain's 16 taus shortened to "tau@1/2/4/8/16: ..."."""
+    taus = {int(k[4:]): v for k, v in pilot.items() if str(k).startswith("tau@")}
+    rest = ", ".join(f"{k}: {v}" for k, v in pilot.items() if not str(k).startswith("tau@"))
+    if not taus:
+        return rest
+    shown = [g for g in REPLAYED_GAMMAS if g in taus]
+    return ", ".join(filter(None, [rest, f"tau@{'/'.join(map(str, shown))}: "
+                                         + "/".join(f"{taus[g]:.2f}" for g in shown)]))
+
+
 def draft_sizes_table(report: dict) -> str:
     """(d): the chain length or tree budget chosen per drafter, and the pilot behind it; the compiled
     engine's own choices (``compiled_draft_sizes``) as rows marked "(compiled)"."""
     rows = []
     for key, engine in (("draft_sizes", ""), ("compiled_draft_sizes", " (compiled)")):
         for drafter, s in (report.get(key) or {}).items():
-            pilot = ", ".join(f"{k}: {v}" for k, v in (s.get("pilot") or {}).items())
+            pilot = _pilot_text(s.get("pilot") or {})
             rows.append([drafter + engine, s.get("kind", "-"), str(s.get("chosen", "-")),
                          _num(s.get("predicted_speedup"), suffix="x"), pilot or "-"])
-    return markdown_table(["drafter", "kind", "chosen", "predicted speedup", "pilot (alpha, or tau per tree budget)"],
+    return markdown_table(["drafter", "kind", "chosen", "predicted speedup", "pilot (alpha; tau per gamma replayed, or per tree budget)"],
                           rows, "llr")
 
 

@@ -43,7 +43,7 @@ def _report() -> dict:
                          "prompts": 2, "identical_plain_outputs": 2},
         "verify_cost": {"specbook": {"n": list(range(1, 18)), "seconds": [0.0146 * (1 + 0.03 * i) for i in range(17)],
                                      "v": [1 + 0.03 * i for i in range(17)], "context": 96, "reps": 3}},
-        "draft_sizes": {"ngram": {"kind": "chain", "chosen": 4, "predicted_speedup": 2.0172, "pilot": {"alpha": 0.56}},
+        "draft_sizes": {"ngram": {"kind": "chain", "chosen": 4, "predicted_speedup": 2.0172, "pilot": {"alpha": 0.56, **{f"tau@{g}": 1 + g / 100 for g in range(1, 17)}}},
                         "eagle": {"kind": "tree", "chosen": 10, "predicted_speedup": 1.573, "pilot": {"3": 1.61}}},
     }
 
@@ -96,6 +96,7 @@ def test_tables_hold_the_reports_numbers(tmp_path, capsys):
     # (d) the draft sizes chosen
     assert [(r[0], r[1], int(r[2]), float(r[3].rstrip("x"))) for r in sizes] == [
         ("ngram", "chain", 4, 2.02), ("eagle", "tree", 10, 1.57)]
+    assert [r[4] for r in sizes] == ["alpha: 0.56, tau@1/2/4/8/16: 1.01/1.02/1.04/1.08/1.16", "3: 1.61"]
 
 
 def test_one_engine_has_no_transformers_column(tmp_path, capsys):
