@@ -148,8 +148,8 @@ def size_replay(target, drafter, prompts, v: Sequence[float], *, max_gamma: int 
                 new_tokens: int = PILOT_NEW_TOKENS) -> Sizing:
     """gamma for a drafter whose drafts depend on the context alone (prompt lookup), from what it would
     have drafted at each gamma on the greedy text of a pilot: :func:`replay_chain` gives every pass's
-    width, and the gamma with the most tokens per unit of verify cost, tokens / sum v(n), wins (ties:
-    the shorter chain).  Unlike :func:`size_chain` no law of acceptance is assumed: prompt lookup
+    width, and the gamma with the most tokens per unit of verify cost, tokens / sum v(n), wins (within
+    1% of it: the shortest such chain).  Unlike :func:`size_chain` no law of acceptance is assumed: prompt lookup
     drafts nothing where no suffix matches and long runs where one does, which one alpha misreads.
     The pilot decodes once, speculatively at ``max_gamma`` (its text is greedy decoding's)."""
     check_count("max_gamma", max_gamma, 1)
@@ -171,10 +171,16 @@ def size_replay(target, drafter, prompts, v: Sequence[float], *, max_gamma: int 
                           f"prompt(s) x {new_tokens} tokens")
 
 
+REPLAY_TIE = 0.01  # replayed gammas predicted within 1% of the best count as tied: v is measured to a few %
+
+
 def _replay_sizing(replay: dict, v: Sequence[float], alpha: float, source: str, max_gamma: int | None = None) -> Sizing:
+    """The shortest gamma predicted within :data:`REPLAY_TIE` of the best (prompt lookup's curve is flat past
+    its typical match length, and the clock, not the replay, would break a tie there)."""
     scores = {g: replay_score(tokens, widths, v) for g, (tokens, widths) in replay.items()
               if max_gamma is None or g <= max_gamma}
-    best = max(scores, key=lambda g: (round(scores[g], 9), -g))
+    top = max(scores.values())
+    best = min(g for g, score in scores.items() if score >= top * (1 - REPLAY_TIE))
     taus = {f"tau@{g}": tokens / len(widths) for g, (tokens, widths) in replay.items()}
     return Sizing("chain", best, scores[best], {"alpha": alpha, **taus}, source, replay=replay)
 

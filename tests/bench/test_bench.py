@@ -337,7 +337,7 @@ def test_tree_budget_is_piloted_and_weighed_by_the_verify_cost():
 def test_a_replayed_chain_makes_the_passes_the_loop_makes():
     """replay_chain, without the target, gives the width of every pass speculative decoding makes on the same
     greedy text, at every gamma, budget and end token included; size_replay weighs them by v."""
-    from specbook.bench.sizing import replay_chain, replay_score, resize, size_replay
+    from specbook.bench.sizing import Sizing, replay_chain, replay_score, resize, size_replay
     from specbook.decode import generate, speculative_generate
     from specbook.drafters.ngram import NGramDrafter
     from specbook.sampling import GREEDY
@@ -368,6 +368,13 @@ def test_a_replayed_chain_makes_the_passes_the_loop_makes():
     assert resize(steep, [1.0] * 17, max_gamma=3).chosen <= 3
     with pytest.raises(ValueError, match="max_gamma"):
         size_replay(target, NGramDrafter(), [[0, 1]], [1.0] * 17, max_gamma=0)
+    # predictions within 1% count as tied (v is measured to a few %): the shortest such chain
+    chain = Sizing("chain", 1, 1.0, {"alpha": 0.5}, "pilot",
+                   replay={1: (100, [2] * 70), 4: (100, [5] * 40), 8: (100, [9] * 40)})
+    v = [1.0] * 4 + [1.5] * 4 + [1.488]  # 1 draft: 100 / 70; 4: 100 / 60; 8: 100 / 59.52, 0.8% better than 4
+    assert resize(chain, v, max_gamma=8).chosen == 4
+    assert resize(chain, v[:8] + [1.4], max_gamma=8).chosen == 8  # 100 / 56: 7% better
+    assert resize(chain, v, max_gamma=3).chosen == 1
 
 
 def test_another_engine_is_sized_from_the_same_pilot_under_its_own_costs():
