@@ -211,6 +211,14 @@ def _verifiers(text: str, params: SamplingParams, engines: list[str]) -> list[st
     return verifiers
 
 
+def first_of_each_category(prompts, prompt_ids: list[list[int]]) -> list[list[int]]:
+    """The token ids of the first prompt of every category, in order of first appearance (the pilots')."""
+    first: dict[str, list[int]] = {}
+    for p, ids in zip(prompts, prompt_ids):
+        first.setdefault(p.category, ids)
+    return list(first.values())
+
+
 def size_drafters(args, sb: SpecbookEngine, model, tokenizer, drafters, pilot_ids, curve, dtype, eos) -> dict:
     """{drafter: Sizing} for every drafter the registry marks as sized, when --gamma is auto and a
     verify-cost curve was measured (:mod:`specbook.bench.sizing`)."""
@@ -273,8 +281,8 @@ def run_bench(args) -> dict:
         curves["specbook"] = verify_cost_curve(sb.target, context, CURVE_POSITIONS, args.curve_reps)
     bandwidth = [matvec_read_bandwidth(model)]  # what decoding's own product streams: the roofline's bandwidth
     sum_read = [memory_read_bandwidth(device=args.device)]  # summing a large buffer, kept for comparison
-    first_of_category = list({p.category: ids for p, ids in zip(prompts, prompt_ids)}.values())
-    sizes = size_drafters(args, sb, model, tokenizer, drafters, first_of_category, curves.get("specbook"), dtype, eos)
+    sizes = size_drafters(args, sb, model, tokenizer, drafters, first_of_each_category(prompts, prompt_ids),
+                          curves.get("specbook"), dtype, eos)
     compiled, by_engine = None, {}
     if "compiled" in engines and sizes:  # the compiled engine sized by its own passes' costs
         compiled, curves["compiled"], by_engine["compiled"] = size_compiled(args, model, max_length, context, sizes,

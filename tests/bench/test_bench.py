@@ -377,6 +377,15 @@ def test_a_replayed_chain_makes_the_passes_the_loop_makes():
     assert resize(chain, v, max_gamma=3).chosen == 1
 
 
+def test_the_pilots_are_the_first_prompt_of_each_category():
+    from types import SimpleNamespace
+
+    from specbook.bench.cli import first_of_each_category
+
+    prompts = [SimpleNamespace(category=c) for c in ("code", "code", "chat", "math", "chat")]
+    assert first_of_each_category(prompts, [[1], [2], [3], [4], [5]]) == [[1], [3], [4]]
+
+
 def test_another_engine_is_sized_from_the_same_pilot_under_its_own_costs():
     """resize: the compiled engine's choice from the eager pilot, its padded verify cost and its faster t(1)."""
     from specbook.bench.sizing import Sizing, padded_curve, resize
