@@ -178,8 +178,8 @@ def draft_sizes_table(report: dict) -> str:
             pilot = _pilot_text(s.get("pilot") or {})
             rows.append([drafter + engine, s.get("kind", "-"), str(s.get("chosen", "-")),
                          _num(s.get("predicted_speedup"), suffix="x"), pilot or "-"])
-    return markdown_table(["drafter", "kind", "chosen", "predicted speedup", "pilot (alpha; tau per gamma replayed, or per tree budget)"],
-                          rows, "llr")
+    return markdown_table(["drafter", "kind", "chosen", "predicted speedup",
+                           "pilot (alpha; tau per gamma replayed, or per tree budget)"], rows, "llr")
 
 
 def versus_table(report: dict) -> str:

@@ -97,7 +97,7 @@ from .registry import DRAFTERS, get_drafter
 from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256, versus_specbook
 from .sizing import padded_curve, resize, size_chain, size_replay, size_tree
 from .timing import add_roofline, matvec_read_bandwidth, memory_read_bandwidth, verify_cost_curve
-from .workloads import load_prompts, select
+from .workloads import first_of_each_category, load_prompts, select
 
 TARGET_NAME = "SmolLM2-135M-Instruct"
 ENGINES = ("specbook", "compiled", "transformers", "llamacpp")  # llamacpp: optional (specbook.bench.llamacpp)
@@ -211,14 +211,6 @@ def _verifiers(text: str, params: SamplingParams, engines: list[str]) -> list[st
     return verifiers
 
 
-def first_of_each_category(prompts, prompt_ids: list[list[int]]) -> list[list[int]]:
-    """The token ids of the first prompt of every category, in order of first appearance (the pilots')."""
-    first: dict[str, list[int]] = {}
-    for p, ids in zip(prompts, prompt_ids):
-        first.setdefault(p.category, ids)
-    return list(first.values())
-
-
 def size_drafters(args, sb: SpecbookEngine, model, tokenizer, drafters, pilot_ids, curve, dtype, eos) -> dict:
     """{drafter: Sizing} for every drafter the registry marks as sized, when --gamma is auto and a
     verify-cost curve was measured (:mod:`specbook.bench.sizing`)."""
@@ -232,10 +224,9 @@ def size_drafters(args, sb: SpecbookEngine, model, tokenizer, drafters, pilot_id
         def make(spec=spec, **kw):
             return spec.make(model, tokenizer, device=args.device, dtype=dtype, target=sb.target, **kw)
 
-        if spec.sizing == "chain":
-            sizes[d] = size_chain(sb.target, make(gamma=MAX_GAMMA), pilot_ids, v, max_gamma=MAX_GAMMA, eos_token_id=eos)
-        elif spec.sizing == "replay":
-            sizes[d] = size_replay(sb.target, make(gamma=MAX_GAMMA), pilot_ids, v, max_gamma=MAX_GAMMA, eos_token_id=eos)
+        if spec.sizing in ("chain", "replay"):
+            size = size_chain if spec.sizing == "chain" else size_replay
+            sizes[d] = size(sb.target, make(gamma=MAX_GAMMA), pilot_ids, v, max_gamma=MAX_GAMMA, eos_token_id=eos)
         elif spec.sizing == "tree":
             sizes[d] = size_tree(sb.target, lambda n: make(gamma=MAX_GAMMA, tree=n), spec.budgets, pilot_ids, v,
                                  eos_token_id=eos, step_seconds=curve["seconds"][0])

@@ -18,10 +18,11 @@ of the context recurs and long runs that are accepted whole where one does, so i
 no single alpha (one pilot saw alpha 0.42 and tau 2.0 at gamma 4 on code, 1.1 on chat).  Its
 drafts depend on the context alone, though, so at temperature 0 what it would have drafted at
 every gamma can be replayed on the pilot's greedy text, pass by pass, without the target
-(:func:`replay_chain`); the gamma with the most tokens per unit of verify cost wins.  Trees have no such closed form (EAGLE-2 reshapes its tree every step), so each
-candidate budget is piloted and the one with the most tokens per pass per unit of cost,
-tau(N) / (c(N) + v(N + 1)), wins, where c(N) is the pilot's drafting time per pass over the
-target's one-position pass (a bigger tree needs more head passes).  Tokens per pass do not
+(:func:`replay_chain`); the gamma with the most tokens per unit of verify cost wins.  Trees
+have no such closed form (EAGLE-2 reshapes its tree every step), so each candidate budget is
+piloted and the one with the most tokens per pass per unit of cost, tau(N) / (c(N) + v(N + 1)),
+wins, where c(N) is the pilot's drafting time per pass over the target's one-position pass (a
+bigger tree needs more head passes).  Tokens per pass do not
 depend on how busy the machine is; v and c do, and v is a ratio of interleaved medians.
 """
 from __future__ import annotations
@@ -72,16 +73,19 @@ def _histogram(widths: Sequence[int]) -> list[int]:
 
 
 def pilot(target, drafter, prompts: Sequence[list[int]], gamma: int, eos_token_id=None,
-          new_tokens: int = PILOT_NEW_TOKENS) -> tuple[float, float, float]:
+          new_tokens: int = PILOT_NEW_TOKENS, texts: list | None = None) -> tuple[float, float, float]:
     """(acceptance rate accepted/verified, tokens per pass, drafting seconds per pass) of ``drafter``
-    over ``prompts``, greedy."""
+    over ``prompts``, greedy; ``texts``, when given, receives each prompt's new tokens."""
     timed = TimedDrafter(drafter)
     accepted = verified = emitted = passes = 0
     for ids in prompts:
         if hasattr(drafter, "reset"):
             drafter.reset()
-        stats = speculative_generate(target, timed, [list(ids)], new_tokens, params=GREEDY, gamma=gamma,
-                                     eos_token_id=eos_token_id).stats
+        out = speculative_generate(target, timed, [list(ids)], new_tokens, params=GREEDY, gamma=gamma,
+                                   eos_token_id=eos_token_id)
+        stats = out.stats
+        if texts is not None:
+            texts.append(out.new_tokens[0, : int(out.lengths[0])].tolist())
         accepted, verified = accepted + stats.accepted, verified + stats.verified
         emitted, passes = emitted + stats.emitted, passes + len(stats.accepted_per_step)
     alpha = accepted / verified if verified else 0.0
@@ -149,23 +153,17 @@ def size_replay(target, drafter, prompts, v: Sequence[float], *, max_gamma: int 
     """gamma for a drafter whose drafts depend on the context alone (prompt lookup), from what it would
     have drafted at each gamma on the greedy text of a pilot: :func:`replay_chain` gives every pass's
     width, and the gamma with the most tokens per unit of verify cost, tokens / sum v(n), wins (within
-    1% of it: the shortest such chain).  Unlike :func:`size_chain` no law of acceptance is assumed: prompt lookup
-    drafts nothing where no suffix matches and long runs where one does, which one alpha misreads.
+    1% of it: the shortest such chain).  Unlike :func:`size_chain` no law of acceptance is assumed:
+    prompt lookup drafts nothing where no suffix matches and long runs where one does, which one
+    alpha misreads.
     The pilot decodes once, speculatively at ``max_gamma`` (its text is greedy decoding's)."""
     check_count("max_gamma", max_gamma, 1)
-    traces, accepted, verified = [], 0, 0
-    for ids in prompts:
-        if hasattr(drafter, "reset"):
-            drafter.reset()
-        out = speculative_generate(target, drafter, [list(ids)], new_tokens, params=GREEDY, gamma=max_gamma,
-                                   eos_token_id=eos_token_id)
-        traces.append((list(ids), out.new_tokens[0, : int(out.lengths[0])].tolist()))
-        accepted, verified = accepted + out.stats.accepted, verified + out.stats.verified
+    texts: list[list[int]] = []
+    alpha, _, _ = pilot(target, drafter, prompts, max_gamma, eos_token_id, new_tokens, texts)
     replay = {}
     for gamma in range(1, max_gamma + 1):
-        widths = [n for ids, trace in traces for n in replay_chain(drafter, ids, trace, gamma, new_tokens)]
-        replay[gamma] = (sum(len(trace) for _, trace in traces), widths)
-    alpha = accepted / verified if verified else 0.0
+        widths = [n for ids, text in zip(prompts, texts) for n in replay_chain(drafter, ids, text, gamma, new_tokens)]
+        replay[gamma] = (sum(map(len, texts)), widths)
     return _replay_sizing(replay, v, alpha, f"argmax over gamma of tokens / sum of v(n) over the passes the "
                           f"drafter would have made, replayed on the greedy text of a pilot of {len(prompts)} "
                           f"prompt(s) x {new_tokens} tokens")

@@ -92,3 +92,11 @@ def select(prompts: list[BenchPrompt], categories: list[str] | None = None, limi
         taken[p.category] = taken.get(p.category, 0) + 1
         keep.append(p)
     return keep
+
+
+def first_of_each_category(prompts: list[BenchPrompt], prompt_ids: list[list[int]]) -> list[list[int]]:
+    """The token ids of the first prompt of every category, in order of first appearance (the pilots')."""
+    first: dict[str, list[int]] = {}
+    for p, ids in zip(prompts, prompt_ids):
+        first.setdefault(p.category, ids)
+    return list(first.values())

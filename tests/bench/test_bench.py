@@ -380,7 +380,7 @@ def test_a_replayed_chain_makes_the_passes_the_loop_makes():
 def test_the_pilots_are_the_first_prompt_of_each_category():
     from types import SimpleNamespace
 
-    from specbook.bench.cli import first_of_each_category
+    from specbook.bench.workloads import first_of_each_category
 
     prompts = [SimpleNamespace(category=c) for c in ("code", "code", "chat", "math", "chat")]
     assert first_of_each_category(prompts, [[1], [2], [3], [4], [5]]) == [[1], [3], [4]]

@@ -43,7 +43,8 @@ def _report() -> dict:
                          "prompts": 2, "identical_plain_outputs": 2},
         "verify_cost": {"specbook": {"n": list(range(1, 18)), "seconds": [0.0146 * (1 + 0.03 * i) for i in range(17)],
                                      "v": [1 + 0.03 * i for i in range(17)], "context": 96, "reps": 3}},
-        "draft_sizes": {"ngram": {"kind": "chain", "chosen": 4, "predicted_speedup": 2.0172, "pilot": {"alpha": 0.56, **{f"tau@{g}": 1 + g / 100 for g in range(1, 17)}}},
+        "draft_sizes": {"ngram": {"kind": "chain", "chosen": 4, "predicted_speedup": 2.0172,
+                                  "pilot": {"alpha": 0.56, **{f"tau@{g}": 1 + g / 100 for g in range(1, 17)}}},
                         "eagle": {"kind": "tree", "chosen": 10, "predicted_speedup": 1.573, "pilot": {"3": 1.61}}},
     }
 
