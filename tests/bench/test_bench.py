@@ -505,6 +505,9 @@ def test_bench_smoke_json_schema(tmp_path, smollm2_fetched):
     data = json.loads(out.read_text())
     assert data["settings"]["stop_at_eos"] is True and data["settings"]["dtype"] == "float32"
     assert data["draft_sizes"]["ngram"]["kind"] == "chain" and 1 <= data["draft_sizes"]["ngram"]["chosen"] <= 16
+    replay = data["draft_sizes"]["ngram"]["replay"]  # prompt lookup is sized by replaying its pilot's text
+    assert set(replay) == {str(g) for g in range(1, 17)}
+    assert all(sum(n * (i + 1) for i, n in enumerate(r["passes_by_positions"])) >= r["tokens"] for r in replay.values())
     roof = data["roofline"]
     assert roof["weights_bytes"] > 5e8 and roof["bandwidth_bytes_per_s"] > 0
     assert roof["sum_read_bandwidth_bytes_per_s"] > 0
