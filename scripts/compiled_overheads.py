@@ -34,6 +34,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specbook.bench.timing import rotated  # noqa: E402
+from specbook.cliargs import int_list, positive_int, threads  # noqa: E402
 from specbook.machine import machine_info  # noqa: E402
 from specbook.markdown import markdown_table  # noqa: E402
 from specbook.models.compiled import SPAN_BLOCK, CompiledTarget  # noqa: E402
@@ -47,16 +48,6 @@ VARIANTS = {  # name: (span_block, cpp_wrapper, attention)
     "span, C++ call": (SPAN_BLOCK, True, "fused"),
     "span, products": (SPAN_BLOCK, False, "products"),
 }
-
-
-def parse_contexts(text: str) -> list[int]:
-    try:
-        contexts = [int(c) for c in text.split(",")]
-    except ValueError:
-        contexts = []
-    if not contexts or min(contexts) < 1:
-        raise argparse.ArgumentTypeError(f"--contexts must be positive ints separated by commas, got {text!r}")
-    return contexts
 
 
 def time_passes(target: CompiledTarget, context: int, tokens: torch.Tensor, steps: int) -> list[float]:
@@ -73,19 +64,17 @@ def time_passes(target: CompiledTarget, context: int, tokens: torch.Tensor, step
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtype", default="auto", help="auto (bfloat16 where native), bfloat16 or float32")
-    ap.add_argument("--width", type=int, default=1,
+    ap.add_argument("--width", type=positive_int, default=1,
                     help="tokens per pass (1 = a decode step, gamma + 1 = a verify pass)")
-    ap.add_argument("--contexts", type=parse_contexts, default=[60, 128, 300, 500],
-                    help="cached tokens, e.g. 60,128,300")
-    ap.add_argument("--max-length", type=int, default=600, help="cache slots")
-    ap.add_argument("--steps", type=int, default=10, help="passes per target per round")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of turns")
-    ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--contexts", type=int_list, default=(60, 128, 300, 500), help="cached tokens, e.g. 60,128,300")
+    ap.add_argument("--max-length", type=positive_int, default=600, help="cache slots")
+    ap.add_argument("--steps", type=positive_int, default=10, help="passes per target per round")
+    ap.add_argument("--rounds", type=positive_int, default=5, help="rounds of turns")
+    ap.add_argument("--threads", type=threads, default=2, help="torch threads")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
-    for name in ("width", "steps", "rounds", "threads"):
-        if getattr(args, name) < 1:
-            ap.error(f"--{name} must be >= 1, got {getattr(args, name)}")
+    if min(args.contexts) < 1:
+        ap.error(f"--contexts must be cached token counts >= 1, got {args.contexts}")
     if args.max_length <= max(args.contexts) + args.width:
         ap.error(f"--max-length must exceed the longest context plus --width, got {args.max_length}")
     torch.set_num_threads(args.threads)
