@@ -242,6 +242,7 @@ def size_compiled(args, model, max_length: int, context: list[int], sizes: dict,
     engine.target.warm_up(progress=not args.no_progress)
     curve = verify_cost_curve(engine.target, context, COMPILED_WIDTHS[-1], args.curve_reps, sizes=COMPILED_WIDTHS,
                               progress=not args.no_progress)
+    curve["kernels"] = engine.target.kernel_report()  # the product kernels each width runs, as timed in warm_up
     v = padded_curve(curve, COMPILED_WIDTHS[-1])
     ratio = eager_curve["seconds"][0] / curve["seconds"][0]  # t(1) eager over compiled
     longest = min(MAX_GAMMA, COMPILED_WIDTHS[-1] - 1)  # a chain's pass fits the widest width

@@ -32,6 +32,8 @@ decoding").
 """
 from __future__ import annotations
 
+import statistics
+import time
 from collections.abc import Sequence
 
 import torch
@@ -45,6 +47,12 @@ from .llama import LlamaModel, matmul_attention, rotate_half
 from .target import LlamaTarget
 
 SPAN_BLOCK = 64  # attention reads the cache in spans of this many slots (rounded up): never 1, which torch specialises
+# The product kernels a graph may run (inductor settings for each): "autotuned", inductor's C++ templates timed
+# against the library's kernels (MKL, oneDNN) on each weight shape alone, the faster kept; "library", the
+# library's kernels only.  Timed alone a weight sits in the CPU's caches; in a pass it streams from memory.
+KERNELS = {"autotuned": {}, "library": {"max_autotune_gemm_backends": "ATEN"}}
+PRODUCTS = ("autotuned", "library", "timed")  # CompiledTarget(products=...): "timed" picks per width, in warm_up
+TIMING_CONTEXT, TIMING_ROUNDS, TIMING_PASSES = 128, 3, 3  # warm_up's timing: cached tokens, rounds, passes a round
 
 
 class CompiledPass(nn.Module):
@@ -64,7 +72,12 @@ class CompiledPass(nn.Module):
         w = model.embed.weight
         self.cos, self.sin = model._rope_tables(max_length, w.device, w.dtype)  # (P, Dh) each
 
-    def forward(self, tokens, positions, slots, k_cache, v_cache, visible):
+    def forward(self, tokens, positions, slots, k_cache, v_cache, visible, kernels: str = "autotuned"):
+        """``kernels``: the product kernels this graph is compiled with (a key of :data:`KERNELS`, the
+        setting itself patched in by the caller); the arithmetic ignores it, but torch.compile guards on
+        its value once read (here), so each kind gets a graph of its own (else the second reused the first's)."""
+        if kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {', '.join(map(repr, KERNELS))}, got {kernels!r}")
         m, c = self.model, self.model.config
         H, Hkv, Dh = c.n_heads, c.n_kv_heads, c.head_dim
         G, W = H // Hkv, tokens.shape[1]
@@ -96,7 +109,7 @@ class CompiledPass(nn.Module):
         return logits.float(), x
 
 
-def raise_recompile_limit(limit: int = 64) -> None:
+def raise_recompile_limit(limit: int = 128) -> None:
     """Let torch keep up to ``limit`` compiled graphs of one function.  Each target compiles its
     own (its graphs hold its weights as constants), one per width, and torch's default of 8 per
     function would otherwise run out within one process (the test suite, a notebook)."""
@@ -128,13 +141,24 @@ class CompiledTarget(LlamaTarget):
     that ``scripts/compiled_overheads.py`` can time what each buys.  Weights are frozen into the
     compiled code (inductor's ``freezing``, switched on around each call; passed as
     ``torch.compile(options=...)`` instead it did not take effect here: 48 ms a token instead
-    of 22), so the model must not change after the first pass."""
+    of 22), so the model must not change after the first pass.
+
+    ``products``: the matrix-product kernels each width runs (:data:`KERNELS`).  "autotuned" (the
+    default): inductor's choice, shape by shape, timed on each weight alone; "library": MKL's and
+    oneDNN's kernels only; "timed" (the benchmark's): :meth:`warm_up` compiles each width both ways,
+    times whole passes and keeps the faster (``kernels_of``, ``kernel_ms``; twice the compile time
+    and the memory; a width first met outside ``warm_up`` runs "autotuned").  Inductor's own timing keeps a weight in the CPU's caches, where
+    a pass streams it from memory: on a 2-core Xeon with AMX, float32, a pass of 3 and of 5 tokens
+    ran 36.2 and 38.9 ms autotuned against 33.6 and 36.1 ms on the library's kernels, while 1 and
+    2 tokens ran faster autotuned (25.8 and 29.0 ms against 28.7 and 30.7)."""
 
     def __init__(self, model: LlamaModel, max_length: int = 2048, widths: Sequence[int] = (1,),
                  autotune: bool = True, span_block: int | None = SPAN_BLOCK, cpp_wrapper: bool = False,
-                 attention: str = "auto"):
+                 attention: str = "auto", products: str = "autotuned"):
         if attention not in ("auto", "fused", "products"):
             raise ValueError(f"attention must be 'auto', 'fused' or 'products', got {attention!r}")
+        if products not in PRODUCTS:
+            raise ValueError(f"products must be one of {', '.join(map(repr, PRODUCTS))}, got {products!r}")
         if span_block is not None and (isinstance(span_block, bool) or not isinstance(span_block, int)
                                        or span_block < 2):
             raise ValueError(f"span_block must be an int >= 2 or None, got {span_block!r}")
@@ -149,10 +173,13 @@ class CompiledTarget(LlamaTarget):
         # since construction: passes run compiled, run eagerly, and run eagerly after a prefill because
         # they were wider than every compiled width (a drafter's pass the widths did not cover)
         self.compiled_passes = self.eager_passes = self.wide_passes = 0
-        self._traced: set[int] = set()  # widths whose graph exists (their span marked dynamic when it was traced)
+        self._traced: set[tuple[str, int]] = set()  # (kernels, width) whose graph exists (its span marked dynamic)
         raise_recompile_limit()
         self.passes = torch.compile(CompiledPass(model, max_length, attention), fullgraph=True, dynamic=False,
                                     mode="max-autotune" if autotune else None)
+        self.products = products
+        self.kernels_of: dict[int, str] = {}  # width -> the kernels its passes run, once "timed" chose them
+        self.kernel_ms: dict[int, dict[str, float]] = {}  # width -> {kernels: median ms of a pass}, as timed
 
     def allow_width(self, width: int) -> None:
         """Run passes of up to ``width`` tokens compiled too (the graph compiles on its first pass,
@@ -166,13 +193,39 @@ class CompiledTarget(LlamaTarget):
 
     def warm_up(self, progress: bool = False) -> None:
         """Compile every width now (a dummy pass each, on a scratch cache), not in a timed pass;
-        ``progress``: a bar over the widths (about a minute each; on a terminal only)."""
+        ``progress``: a bar over the widths (about a minute each, twice that with ``products="timed"``;
+        on a terminal only).  With ``products="timed"`` each width is compiled with both kinds of
+        product kernels, its passes timed after :data:`TIMING_CONTEXT` cached tokens, and the faster kept."""
         self.reset(1)
-        self.forward(torch.zeros(1, 1, dtype=torch.long, device=self.device))  # the eager prefill
-        for w in progress_bar(self.widths, disable=not progress, desc="compiling pass widths (about 1 min each)"):
-            self.forward(torch.zeros(1, w, dtype=torch.long, device=self.device))
-            self.rollback([1])
+        context = max(1, min(TIMING_CONTEXT, self.max_length - self.widths[-1]))
+        self.forward(torch.zeros(1, context, dtype=torch.long, device=self.device))  # the eager prefill
+        timed = self.products == "timed"
+        bar = progress_bar(self.widths, disable=not progress,
+                           desc=f"compiling pass widths (about {2 if timed else 1} min each)")
+        for w in bar:
+            tokens = torch.zeros(1, w, dtype=torch.long, device=self.device)
+            if not timed or w in self.kernel_ms:  # compile only (or nothing: timed by an earlier warm_up)
+                self.forward(tokens)
+                self.rollback([context])
+                continue
+            ms: dict[str, list[float]] = {kind: [] for kind in KERNELS}
+            for rep in range(1 + TIMING_ROUNDS):  # the first round compiles, and is not counted
+                for kind in KERNELS:
+                    self.kernels_of[w] = kind
+                    for _ in range(TIMING_PASSES if rep else 1):
+                        t0 = time.perf_counter()
+                        self.forward(tokens)
+                        if rep:
+                            ms[kind].append(1e3 * (time.perf_counter() - t0))
+                        self.rollback([context])
+            self.kernel_ms[w] = {kind: statistics.median(v) for kind, v in ms.items()}
+            self.kernels_of[w] = min(KERNELS, key=self.kernel_ms[w].get)
         self.reset(1)
+
+    def kernel_report(self) -> dict[str, dict]:
+        """{width: {"chosen": its kernels, "ms": {kernels: median ms of a pass}}} per width (str keys, for JSON);
+        None where :meth:`warm_up` did not time them (``products`` other than "timed")."""
+        return {str(w): {"chosen": self.kernels_of.get(w), "ms": self.kernel_ms.get(w)} for w in self.widths}
 
     def reset(self, batch_size: int) -> None:
         if batch_size != 1:
@@ -225,13 +278,14 @@ class CompiledTarget(LlamaTarget):
         # the cache as one tensor per layer, each its first S slots (views of its (L, 1, Hkv, T, Dh) buffers): handed
         # the whole buffer, the compiled code copied all L layers' slots after every layer's write (12 of 30 ms)
         keys, values = cache.k[..., :span, :].unbind(0), cache.v[..., :span, :].unbind(0)
-        if self.span_block is not None and width not in self._traced:  # once a width's graph exists, S stays dynamic
+        kind = self.kernels_of.get(width, "library" if self.products == "library" else "autotuned")
+        if self.span_block is not None and (kind, width) not in self._traced:  # once a graph exists, S stays dynamic
             for t in (*keys, *values, visible):
                 torch._dynamo.mark_dynamic(t, t.dim() - 2 if t is not visible else 3)  # S: one graph for every span
         # weights as constants (the first pass of a width compiles)
-        with inductor_config.patch(freezing=True, cpp_wrapper=self.cpp_wrapper):
-            logits, hidden = self.passes(padded, positions, slots, keys, values, visible)
-        self._traced.add(width)
+        with inductor_config.patch(freezing=True, cpp_wrapper=self.cpp_wrapper, **KERNELS[kind]):
+            logits, hidden = self.passes(padded, positions, slots, keys, values, visible, kind)
+        self._traced.add((kind, width))
         cache.appended(n)
         self.compiled_passes += 1
         self.last_hidden = hidden[:, :n]  # (1, N, D)

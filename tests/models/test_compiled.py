@@ -7,7 +7,7 @@ import torch
 from specbook.decode import generate, speculative_generate
 from specbook.drafters.ngram import NGramDrafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
-from specbook.models.compiled import SPAN_BLOCK, CompiledTarget
+from specbook.models.compiled import KERNELS, SPAN_BLOCK, CompiledTarget
 from specbook.sampling import GREEDY
 
 TINY = LlamaConfig(vocab_size=97, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=96,
@@ -247,3 +247,31 @@ def test_both_attention_forms_score_as_the_eager_model(tiny_and_target, attentio
     tokens = torch.tensor([[3, 5, 7]])
     torch.testing.assert_close(target(tokens), eager(tokens), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(target(tokens[:, :1]), eager(tokens[:, :1]), rtol=1e-4, atol=1e-4)
+
+
+def test_timed_products_compile_each_width_both_ways_and_keep_the_faster():
+    """products="timed" (the benchmark's): warm_up compiles every width with each kind of product kernels,
+    times whole passes and keeps the faster; either kind gives the eager model's tokens."""
+    model = LlamaModel(TINY).init_weights(std=0.3, generator=torch.Generator().manual_seed(3)).eval()  # no graphs yet
+    target = CompiledTarget(model, max_length=64, widths=(1, 4), autotune=False, products="timed")
+    eager = LlamaTarget(model, max_length=64)
+    from torch._dynamo.utils import counters
+
+    assert target.products == "timed" and target.kernels_of == {}
+    graphs = counters["stats"]["unique_graphs"]
+    target.warm_up()
+    assert counters["stats"]["unique_graphs"] == graphs + 4  # two widths, each compiled with both kinds of kernels
+    assert set(target.kernel_ms) == {1, 4} and all(set(ms) == set(KERNELS) for ms in target.kernel_ms.values())
+    assert all(target.kernels_of[w] == min(ms, key=ms.get) for w, ms in target.kernel_ms.items())
+    report = {str(w): {"chosen": target.kernels_of[w], "ms": target.kernel_ms[w]} for w in (1, 4)}
+    assert target.kernel_report() == report
+    prompt = repetitive(4, 3)
+    want = greedy(eager, prompt, 16)
+    for kind in KERNELS:  # each graph in turn: chains of 3 drafts run at width 4
+        target.kernels_of = {1: kind, 4: kind}
+        passes = target.compiled_passes
+        assert greedy(target, prompt, 16, drafter=NGramDrafter(max_ngram=2)) == want
+        assert target.compiled_passes > passes
+    assert {kind for kind, _ in target._traced} == set(KERNELS)
+    with pytest.raises(ValueError, match="products must be one of"):
+        CompiledTarget(model, max_length=64, products="fastest", autotune=False)
