@@ -25,6 +25,7 @@ from ..drafters.lowbit import lowbit_drafter
 from ..drafters.medusa import MedusaDrafter
 from ..drafters.small_model import distilled_drafter
 from ..models import LlamaModel
+from ..models.dtype import auto_dtype
 from .timing import machine_verify_cost, relative_cost
 
 # Tree sizes for the benchmark.  The "-large" ones show how many tokens one target pass can
@@ -132,10 +133,13 @@ def make_medusa(model: LlamaModel, tokenizer=None, *, tree="default", **_) -> Me
     return MedusaDrafter.shipped(model, tree=tree)
 
 
-def make_eagle(model: LlamaModel, tokenizer=None, *, tree="default", **_) -> EagleDrafter:
+def make_eagle(model: LlamaModel, tokenizer=None, *, tree="default", fast_dtype: bool = False, **_) -> EagleDrafter:
     """The shipped EAGLE head on ``model``; ``tree="default"`` is the recorded dynamic tree, None a chain
-    of ``gamma`` drafts, or a :class:`DynamicTree`."""
-    return EagleDrafter.shipped(model, tree=tree)
+    of ``gamma`` drafts, or a :class:`DynamicTree`.  ``fast_dtype``: the head runs in the dtype this
+    machine multiplies fastest (:func:`~specbook.models.dtype.auto_dtype`: bfloat16 where native), not
+    the target's; under a float32 target on a CPU with AMX one guess took 2.4 ms instead of 3.5."""
+    device = model.embed.weight.device
+    return EagleDrafter.shipped(model, tree=tree, dtype=auto_dtype(device) if fast_dtype else None)
 
 
 register_drafter("none", lambda model, tokenizer, **_: None, transformers_kwargs=lambda hf, tok, **_: {},
@@ -165,9 +169,11 @@ register_drafter("medusa", lambda model, tokenizer=None, *, tree=CPU_MEDUSA_TREE
                  f"(default {CPU_MEDUSA_TREE})", sizing="tree", budgets=MEDUSA_BUDGETS)
 register_drafter("medusa-chain", lambda model, tokenizer=None, **_: make_medusa(model, tree=None),
                  description="the Medusa heads as a chain (one guess per head)")
-register_drafter("eagle", lambda model, tokenizer=None, *, tree=3, **_: make_eagle(model, tree=EAGLE_TREES[tree]),
+register_drafter("eagle", lambda model, tokenizer=None, *, tree=3, **_: make_eagle(model, tree=EAGLE_TREES[tree],
+                                                                                     fast_dtype=True),
                  description=f"EAGLE feature head, EAGLE-2 dynamic tree of {', '.join(map(str, EAGLE_TREES))} "
-                 "nodes sized by this machine's verify cost (default 3 nodes, depth 2)",
+                 "nodes sized by this machine's verify cost (default 3 nodes, depth 2); the head in the machine's "
+                 "fastest dtype (bfloat16 where native)",
                  sizing="tree", budgets=tuple(EAGLE_TREES))
 register_drafter("eagle-chain", lambda model, tokenizer=None, **_: make_eagle(model, tree=None),
                  description="the EAGLE head as a chain of gamma drafts")

@@ -27,6 +27,7 @@ keep the N best nodes overall (a child never beats its parent, so they form a tr
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,27 +157,34 @@ class EagleDrafter:
     Chains at temperature 0 take the head's argmax; at temperature > 0 they sample from the
     head's distribution after the same SamplingParams and return it.  Trees are top-k
     candidates (deterministic), verified by the lossless tree rule at any temperature.
-    Needs the loop's ``observe`` hook (:mod:`specbook.decode`).
+    Needs the loop's ``observe`` hook (:mod:`specbook.decode`).  ``dtype``: the head's and its LM
+    head's (None: the target's); a drafter may run in a dtype the machine multiplies faster than the
+    target's (bfloat16 under a float32 target on a CPU with AMX), since only the target's own
+    verification decides what is emitted.
     """
 
-    def __init__(self, head: EagleHead, model, tree: DynamicTree | None = None):
-        self._lm = draft_lm_head(model, head.config, head.vocab, "head was")
+    def __init__(self, head: EagleHead, model, tree: DynamicTree | None = None, dtype: torch.dtype | None = None):
+        dtype = dtype or model.embed.weight.dtype
+        if head.fc.weight.dtype != dtype:
+            head = copy.deepcopy(head).to(dtype)  # a copy: Module.to casts in place, and the caller may share ``head``
+        self._lm = draft_lm_head(model, head.config, head.vocab, "head was").to(dtype)
         self.head, self.model, self.tree = head.eval(), model, tree
         self.features = TargetFeatures(transform=model.norm)
         self._rows: list[dict] = []  # per row: the head's cache and the tokens its committed pairs used
         self.passes = 0
 
     @classmethod
-    def shipped(cls, model, tree: DynamicTree | str | None = "default") -> "EagleDrafter":
+    def shipped(cls, model, tree: DynamicTree | str | None = "default",
+                dtype: torch.dtype | None = None) -> "EagleDrafter":
         """The head shipped for SmolLM2-135M: ``tree="default"`` (the dynamic tree recorded with the
-        weights), a :class:`DynamicTree`, or None for a chain."""
+        weights), a :class:`DynamicTree`, or None for a chain; ``dtype`` as for the constructor."""
         head, meta = load_eagle()
-        head = head.to(model.embed.weight.device, model.embed.weight.dtype)
+        head = head.to(model.embed.weight.device, dtype or model.embed.weight.dtype)
         if tree == "default":
             tree = DynamicTree(**meta["default_tree"])
         elif tree is not None and not isinstance(tree, DynamicTree):
             raise ValueError(f"tree must be 'default', None or a DynamicTree, got {tree!r}")
-        return cls(head, model, tree=tree)
+        return cls(head, model, tree=tree, dtype=dtype)
 
     def observe(self, target, kept: list[list[int]]) -> None:
         self.features.observe(target, kept)
@@ -187,7 +195,7 @@ class EagleDrafter:
         self._rows = [self._rows[r] for r in rows if r < len(self._rows)]
 
     def _embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.model.embed(tokens.to(self.model.embed.weight.device))
+        return self.model.embed(tokens.to(self.model.embed.weight.device)).to(self._lm.weight.dtype)
 
     def _sync(self, b: int, context: list[int], stable: int) -> torch.Tensor:
         """Feed row b's new (feature, next token) pairs; return zhat at the last cached position (1, 1, D)."""
@@ -219,7 +227,7 @@ class EagleDrafter:
         return torch.ones(n, cached + n, dtype=torch.bool, device=device).tril(diagonal=cached)[None]
 
     def _logits(self, zhat: torch.Tensor) -> torch.Tensor:
-        return self._lm(zhat)  # (..., Vd)
+        return self._lm(zhat).float()  # (..., Vd), float32 whatever the head's dtype
 
     @torch.no_grad()
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,

@@ -499,7 +499,11 @@ def test_smollm2_greedy_tree_decoding_with_medusa_and_eagle_equals_autoregressiv
         "medusa-tree": MedusaDrafter(medusa, model, tree=mmeta["trees"][mmeta["default_tree"]]),
         "eagle-tree": EagleDrafter(eagle, model, tree=DynamicTree(**emeta["default_tree"])),
         "eagle-chain": EagleDrafter(eagle, model),
+        # the head and its LM head in bfloat16 under the float32 target (as the benchmark runs it where bfloat16
+        # is native): the target's verification still decides every token
+        "eagle-tree-bf16": EagleDrafter(eagle, model, tree=DynamicTree(**emeta["default_tree"]), dtype=torch.bfloat16),
     }
+    assert eagle.fc.weight.dtype == torch.float32 and kinds["eagle-tree-bf16"].head.fc.weight.dtype == torch.bfloat16
     target = LlamaTarget(model, max_length=256)
     n_new = 40
     taus = {label: [] for label in kinds}
