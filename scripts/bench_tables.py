@@ -155,6 +155,14 @@ def verify_cost_table(report: dict) -> str:
     return markdown_table(["engine", "t(1) ms"] + [f"v({n})" for n in ns], rows, "lr")
 
 
+def kernels_table(report: dict) -> str:
+    """Each compiled width's passes timed on both kinds of product kernels (ms), and the kind kept."""
+    kernels = ((report.get("verify_cost") or {}).get("compiled") or {}).get("kernels") or {}
+    rows = [[w, _num(k["ms"]["autotuned"]), _num(k["ms"]["library"]), k["chosen"]]
+            for w, k in kernels.items() if k.get("ms")]
+    return markdown_table(["width", "autotuned ms", "library ms", "kept"], rows, "rrrl")
+
+
 REPLAYED_GAMMAS = (1, 2, 4, 8, 16)  # the taus of a replayed chain the table shows (the JSON has every gamma)
 
 
@@ -264,6 +272,8 @@ def render(path: str | Path, report: dict) -> str:
         (speedup_table, "Speedup over the same engine's plain decoding (median over prompts), tau in parentheses"),
         (throughput_table, throughput_caption(report)),
         (verify_cost_table, "Verify cost v(n): one pass over n new positions relative to one position"),
+        (kernels_table, "The compiled engine's product kernels: a pass of each width timed in its warm-up on "
+                        "inductor's autotuned kernels and on MKL's and oneDNN's alone (median ms), the faster kept"),
         (draft_sizes_table, "Draft sizes chosen by --gamma auto"),
         (versus_table, "specbook against another engine, same drafter: tokens/s (median over prompts), specbook's "
                        "over the other's (median of per-prompt ratios, lowest-highest), prompts whose greedy tokens "

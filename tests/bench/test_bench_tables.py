@@ -122,6 +122,21 @@ def test_block_verification_rows_are_a_drafter_of_their_own(tmp_path, capsys):
     assert speedup["specbook / ngram"][-1] == "1.64x (1.51)" and speedup["specbook / ngram [block]"][-1] == "1.64x (2.01)"
 
 
+def test_the_compiled_engines_kernel_times_get_a_table(tmp_path, capsys):
+    report = _report()
+    report["verify_cost"]["compiled"] = {**report["verify_cost"]["specbook"], "kernels": {
+        "1": {"chosen": "autotuned", "ms": {"autotuned": 25.24, "library": 27.98}},
+        "3": {"chosen": "library", "ms": {"autotuned": 36.215, "library": 32.816}},
+        "5": {"chosen": None, "ms": None}}}  # not timed: no row
+    _, out = _run(tmp_path, capsys, report)
+    assert out.count("*The compiled engine's product kernels") == 1
+    table = next(t for t in md_tables(out) if t[0][-1] in ("autotuned", "library"))
+    assert table == [["1", "25.24", "27.98", "autotuned"], ["3", "36.22", "32.82", "library"]]
+    report["verify_cost"]["compiled"].pop("kernels")
+    _, out = _run(tmp_path, capsys, report)
+    assert "product kernels" not in out
+
+
 def test_another_engine_gets_a_table_of_its_own(tmp_path, capsys):
     """(f): a report that ran llama.cpp beside specbook: both tokens/s, the ratio and its range, equal tokens."""
     report = _report()
