@@ -132,6 +132,22 @@ def test_lowbit_entries_draft_with_the_targets_own_quantised_copy(name, bits):
     assert drafter.model.model.embed.weight.data_ptr() == model.embed.weight.data_ptr()
 
 
+@pytest.mark.parametrize("fastest", [torch.bfloat16, torch.float32])
+def test_the_benchmarks_eagle_head_runs_in_the_machines_fastest_dtype(fastest, monkeypatch):
+    """"eagle" (the sized drafter) drafts in auto_dtype's choice whatever the target's dtype; "eagle-chain"
+    in the target's.  A model of SmolLM2's shapes on the meta device: no weights, no download."""
+    from specbook.bench import registry
+    from specbook.models import LlamaConfig, LlamaModel
+
+    monkeypatch.setattr(registry, "auto_dtype", lambda device=None: fastest)
+    c = LlamaConfig(vocab_size=49152, dim=576, n_layers=1, n_heads=9, n_kv_heads=3, intermediate_size=1536)
+    with torch.device("meta"):
+        model = LlamaModel(c)
+    for name, dtype in (("eagle", fastest), ("eagle-chain", torch.float32)):
+        drafter = get_drafter(name).make(model, None, gamma=4, device="meta", dtype=torch.float32)
+        assert drafter.head.fc.weight.dtype == drafter._lm.weight.dtype == dtype, name
+
+
 def record(engine, drafter, pid, seconds, sha, category="c", passes=10, emitted=10, proposed=0, accepted=0):
     return {"engine": engine, "drafter": drafter, "id": pid, "category": category, "new_tokens": 10,
             "seconds": seconds, "passes": passes, "emitted": emitted, "proposed": proposed, "accepted": accepted,
