@@ -9,7 +9,9 @@ operations, each dispatched from Python, and multiplies through oneDNN's prepack
 Compiled, the same step is one generated C++ function: the small operations are fused, the
 Python is gone, and with ``max_autotune`` inductor times its own C++ matrix-product templates
 against oneDNN's for every weight shape and keeps the faster (on a 2-core AMD EPYC without
-AMX, its template streamed the LM head in 1.06 ms against oneDNN's 1.84 ms).  Compiling
+AMX, its template streamed the LM head in 1.06 ms against oneDNN's 1.84 ms).  It times each
+weight alone, held in the CPU's caches; ``products="timed"`` (the benchmark's) times whole passes
+instead, on its choice and on the library's kernels alone, and keeps the faster per width.  Compiling
 wants shapes fixed, so the cache is one buffer of T slots, a pass attends with a mask that
 hides the slots not yet written, and a pass of N tokens runs in a graph of fixed width W >= N:
 each width compiles once (about a minute, then cached by torch for this process).
