@@ -151,9 +151,9 @@ class CompiledTarget(LlamaTarget):
     times whole passes and keeps the faster (``kernels_of``, ``kernel_ms``; twice the compile time
     and more memory; a width first met outside ``warm_up`` runs "autotuned").  Inductor's own
     timing keeps a weight in the CPU's caches, where a pass streams it from memory: on a 2-core
-    Xeon with AMX, float32, a pass of 3 and of 5 tokens
-    ran 36.2 and 38.9 ms autotuned against 33.6 and 36.1 ms on the library's kernels, while 1 and
-    2 tokens ran faster autotuned (25.8 and 29.0 ms against 28.7 and 30.7)."""
+    Xeon with AMX, float32, a pass of 3 and of 5 tokens ran 36.2 and 38.9 ms autotuned against
+    33.6 and 36.1 ms on the library's kernels, while 1 and 2 tokens ran faster autotuned (25.8 and
+    29.0 ms against 28.7 and 30.7)."""
 
     def __init__(self, model: LlamaModel, max_length: int = 2048, widths: Sequence[int] = (1,),
                  autotune: bool = True, span_block: int | None = SPAN_BLOCK, cpp_wrapper: bool = False,

@@ -252,11 +252,11 @@ def test_both_attention_forms_score_as_the_eager_model(tiny_and_target, attentio
 def test_timed_products_compile_each_width_both_ways_and_keep_the_faster():
     """products="timed" (the benchmark's): warm_up compiles every width with each kind of product kernels,
     times whole passes and keeps the faster; either kind gives the eager model's tokens."""
+    from torch._dynamo.utils import counters
+
     model = LlamaModel(TINY).init_weights(std=0.3, generator=torch.Generator().manual_seed(3)).eval()  # no graphs yet
     target = CompiledTarget(model, max_length=64, widths=(1, 4), autotune=False, products="timed")
     eager = LlamaTarget(model, max_length=64)
-    from torch._dynamo.utils import counters
-
     assert target.products == "timed" and target.kernels_of == {}
     graphs = counters["stats"]["unique_graphs"]
     target.warm_up()
