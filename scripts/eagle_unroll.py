@@ -51,6 +51,7 @@ def head_row(path: str, model, target, prompts: list, ids: list, refs: list, max
            "equal_to_plain": 0, "replies": 0}
     for nodes, tree in TREES.items():
         drafter = EagleDrafter(head, model, tree=tree)
+        target.hidden_layers = head.config.feature_layers or None  # a fused-feature head reads earlier blocks
         per_cat: dict[str, list[int]] = {}
         for p, prompt, ref in zip(prompts, ids, refs):
             out = speculative_generate(target, drafter, prompt, max_new_tokens, params=GREEDY, eos_token_id=eos)

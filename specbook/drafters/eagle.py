@@ -53,6 +53,10 @@ class EagleConfig:
     target_vocab_size: int
     rms_norm_eps: float = 1e-5
     rope_theta: float = 100000.0
+    feature_layers: tuple[int, ...] = ()  # earlier layers the head also reads (EAGLE-3); () = EAGLE's last only
+
+    def __post_init__(self):
+        object.__setattr__(self, "feature_layers", tuple(int(i) for i in self.feature_layers))  # JSON gives a list
 
     def layer_config(self) -> LlamaConfig:
         return LlamaConfig(vocab_size=self.target_vocab_size, dim=self.dim, n_layers=1, n_heads=self.n_heads,
@@ -60,11 +64,16 @@ class EagleConfig:
                            rms_norm_eps=self.rms_norm_eps, rope_theta=self.rope_theta)
 
     @classmethod
-    def for_target(cls, target_config: LlamaConfig, draft_vocab_size: int, intermediate_size: int | None = None):
+    def for_target(cls, target_config: LlamaConfig, draft_vocab_size: int, intermediate_size: int | None = None,
+                   feature_layers: tuple[int, ...] = ()):
         c = target_config
+        for i in feature_layers:
+            if not 1 <= i < c.n_layers:
+                raise ValueError(f"feature_layers must be in [1, {c.n_layers - 1}] (blocks run), got {i}")
         return cls(dim=c.dim, n_heads=c.n_heads, n_kv_heads=c.n_kv_heads,
                    intermediate_size=intermediate_size or c.intermediate_size, draft_vocab_size=draft_vocab_size,
-                   target_vocab_size=c.vocab_size, rms_norm_eps=c.rms_norm_eps, rope_theta=c.rope_theta)
+                   target_vocab_size=c.vocab_size, rms_norm_eps=c.rms_norm_eps, rope_theta=c.rope_theta,
+                   feature_layers=tuple(feature_layers))
 
 
 class HeadCache:
@@ -92,25 +101,40 @@ class HeadCache:
 
 
 class EagleHead(nn.Module):
-    """fc over [feature ; next token's embedding], then one Llama block: predicts the next feature."""
+    """fc over [feature ; next token's embedding], then one Llama block: predicts the next feature.
+
+    With ``config.feature_layers`` (EAGLE-3's low and middle features, Li et al. 2025,
+    arXiv:2503.01840), a true pair's feature is z_t + W_fuse [rms(h_t^(i)) ; ...], the target's
+    residual stream after blocks i, each scaled to unit RMS; W_fuse starts at zero, so training
+    starts from EAGLE's head.  Pairs fed with the head's own guesses have no such features.
+    """
 
     def __init__(self, config: EagleConfig, vocab: torch.Tensor | None = None):
         super().__init__()
         self.config = config
         self.fc = Linear(2 * config.dim, config.dim)
         self.block = Block(config.layer_config())  # the target's own decoder layer
+        if config.feature_layers:
+            self.fuse = Linear(len(config.feature_layers) * config.dim, config.dim)
+            nn.init.zeros_(self.fuse.weight)
         vocab = torch.arange(config.draft_vocab_size) if vocab is None else vocab.long()
         check_vocab(vocab, config.draft_vocab_size, config.target_vocab_size)
         self.register_buffer("vocab", vocab)  # (Vd,) draft id -> target id
         self._inv_freq = rope_inverse_frequencies(config.layer_config())
 
     def forward(self, z: torch.Tensor, next_embeds: torch.Tensor, positions: torch.Tensor,
-                cache: HeadCache | None = None, mask: torch.Tensor | None = None) -> torch.Tensor:
+                cache: HeadCache | None = None, mask: torch.Tensor | None = None,
+                layers: torch.Tensor | None = None) -> torch.Tensor:
         """z, next_embeds (B, N, D); positions (B, N) long; mask (B|1, N, S) bool over the cached
-        and new entries (True = attend), or None: causal among the new ones, no cache.
+        and new entries (True = attend), or None: causal among the new ones, no cache;
+        layers (B, N, len(feature_layers) * D): the target's earlier hidden states at the same
+        positions (only for true pairs, and only for a head with ``feature_layers``).
 
         Returns the predicted next features (B, N, D).
         """
+        if layers is not None:
+            fused = self.unit_rms(layers)  # raises for a head without feature_layers
+            z = z + self.fuse(fused)
         x = self.fc(torch.cat([z, next_embeds], dim=-1))  # (B, N, D)
         N = x.shape[1]
         freqs = positions[..., None].float() * self._inv_freq.to(x.device)  # (B, N, Dh/2)
@@ -121,6 +145,15 @@ class EagleHead(nn.Module):
         step = Step(emb.cos().to(x.dtype), emb.sin().to(x.dtype), None,
                      None if folded is None else folded.to(x.device), is_causal)
         return self.block(x, 0, cache, step)
+
+
+    def unit_rms(self, layers: torch.Tensor) -> torch.Tensor:
+        """(..., n * D) -> each of the n hidden states scaled to unit RMS (their scales differ by layer)."""
+        if not self.config.feature_layers:
+            raise ValueError("this head reads the last feature only (config.feature_layers is empty): pass no layers")
+        h = layers.unflatten(-1, (len(self.config.feature_layers), self.config.dim)).float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.config.rms_norm_eps)
+        return h.flatten(-2).to(self.fuse.weight.dtype)
 
 
 save_eagle = save_head
@@ -169,7 +202,7 @@ class EagleDrafter:
             head = copy.deepcopy(head).to(dtype)  # a copy: Module.to casts in place, and the caller may share ``head``
         self._lm = draft_lm_head(model, head.config, head.vocab, "head was").to(dtype)
         self.head, self.model, self.tree = head.eval(), model, tree
-        self.features = TargetFeatures(transform=model.norm)
+        self.features = TargetFeatures(transform=model.norm, layers=head.config.feature_layers)
         self._rows: list[dict] = []  # per row: the head's cache and the tokens its committed pairs used
         self.passes = 0
 
@@ -211,11 +244,14 @@ class EagleDrafter:
         # pair t = (z_t, x_{t+1}) is still valid if z_t and x_{t+1} are unchanged; always refeed the last one
         n = max(0, min(row["cache"].length, stable, agree - 1, T - 2))
         row["cache"].length = n
-        feats = self.features.features(b)[n : T - 1][None].to(self._lm.weight.dtype)  # (1, m, D)
+        feats = self.features.features(b)[n : T - 1][None].to(self._lm.weight.dtype)  # (1, m, D [+ n D])
+        D = self.head.config.dim
         dev = self._lm.weight.device
         nxt = torch.tensor(context[n + 1 : T], dtype=torch.long, device=dev)[None]  # (1, m)
         positions = torch.arange(n, T - 1, device=dev)[None]
-        zhat = self.head(feats, self._embed(nxt), positions, row["cache"], self._prefix_mask(n, T - 1 - n, dev))
+        layers = feats[..., D:] if self.head.config.feature_layers else None  # (1, m, n D): earlier blocks' states
+        zhat = self.head(feats[..., :D], self._embed(nxt), positions, row["cache"],
+                         self._prefix_mask(n, T - 1 - n, dev), layers)
         self.passes += 1
         row["tokens"] = list(context)
         row["committed"] = T - 1

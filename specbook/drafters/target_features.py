@@ -20,10 +20,13 @@ import torch
 
 
 class TargetFeatures:
-    """Per-row buffers of ``transform(target.last_hidden)`` at the cached positions."""
+    """Per-row buffers of ``transform(target.last_hidden)`` at the cached positions, followed, with
+    ``layers``, by the residual stream after each of those blocks (``target.last_hidden_layers``:
+    a ``LlamaTarget`` built with ``hidden_layers`` that include them), concatenated on the last dim."""
 
-    def __init__(self, transform: Callable[[torch.Tensor], torch.Tensor] | None = None):
+    def __init__(self, transform: Callable[[torch.Tensor], torch.Tensor] | None = None, layers: tuple[int, ...] = ()):
         self.transform = transform
+        self.layers = tuple(layers)
         self._buf: list[torch.Tensor] = []  # per row, (capacity, D)
         self._len: list[int] = []
         self._stable: list[int] = []  # per row: leading positions unchanged since the last take_stable()
@@ -55,6 +58,7 @@ class TargetFeatures:
         hidden = target.last_hidden if any(kept) else None
         if any(kept) and hidden is None:
             raise ValueError("the target exposes no last_hidden; these drafters need LlamaTarget or HFTarget")
+        extra = self._layers_of(target) if any(kept) and self.layers else None
         for b, idx in enumerate(kept):
             start = lengths[b] - len(idx)
             if not 0 <= start <= self._len[b]:
@@ -64,8 +68,20 @@ class TargetFeatures:
             new = hidden[b, idx] if idx else None  # (n, D)
             if new is not None and self.transform is not None:
                 new = self.transform(new)
+            if new is not None and extra is not None:
+                new = torch.cat([new, *(h[b, idx].to(new.dtype) for h in extra)], dim=-1)  # (n, D + len(layers) D)
             self._write(b, start, new)
             self._stable[b] = min(self._stable[b], start)
+
+    def _layers_of(self, target) -> list[torch.Tensor]:
+        """The target's hidden states after ``self.layers`` blocks, in that order."""
+        have = getattr(target, "hidden_layers", None) or ()
+        states = getattr(target, "last_hidden_layers", None)
+        if states is None or any(i not in have for i in self.layers):
+            raise ValueError(f"this drafter reads the target's hidden states after blocks {self.layers}: build the "
+                             f"target as LlamaTarget(model, hidden_layers={self.layers}); this one keeps "
+                             f"{tuple(have) or 'none'}")
+        return [states[have.index(i)] for i in self.layers]
 
     def _write(self, b: int, start: int, new: torch.Tensor | None) -> None:
         n = 0 if new is None else len(new)

@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..cliargs import nonnegative_float, positive_int
+from ..cliargs import int_list, nonnegative_float, positive_int
 from ..drafters.eagle import EagleConfig, EagleHead, HeadCache
 from .distributed import Checkpoints, World, launched, restore, training_state
-from .features import FeatureSet
+from .features import FeatureSet, default_root
 from .heads_cli import checkpoints_from, heads_parser, load_heads_data, parse_heads_args, training_record, write_heads
 from .medusa import target_features, to_draft_ids
 from .schedule import warmup_cosine
@@ -44,12 +44,14 @@ from .schedule import warmup_cosine
 DEFAULT_NAME = "eagle_smollm2-135m"
 
 
-def unroll(head: EagleHead, embed, z: torch.Tensor, next_tokens: torch.Tensor, steps: int) -> list[torch.Tensor]:
+def unroll(head: EagleHead, embed, z: torch.Tensor, next_tokens: torch.Tensor, steps: int,
+           layers: torch.Tensor | None = None) -> list[torch.Tensor]:
     """Run the head ``steps`` times over every position at once; returns [zhat^(0), ..., zhat^(U-1)].
 
     z (B, L, D): true features z_0..z_{L-1} (noisy ones in training, :func:`feature_noise`);
     next_tokens (B, L + steps - 1): x_1..x_{L+U-1}.  zhat^(j)[:, t] is the head's guess of
-    z_{t+j+1} after j steps of feeding on itself (step 0 is teacher-forced).
+    z_{t+j+1} after j steps of feeding on itself (step 0 is teacher-forced).  layers (B, L, n * D):
+    the earlier hidden states of the true pairs, for a head with ``feature_layers`` (step 0 only).
     """
     B, L, D = z.shape
     cache = HeadCache()  # grows by one step of every branch per unroll step
@@ -60,7 +62,8 @@ def unroll(head: EagleHead, embed, z: torch.Tensor, next_tokens: torch.Tensor, s
         own = torch.eye(L, dtype=torch.bool, device=z.device)  # step i of branch t sees only branch t
         mask = torch.cat([causal] + [own] * j, dim=1)[None]  # (1, L, (j+1) L)
         positions = (t + j).expand(B, L)
-        zhat = head(feed, embed(next_tokens[:, j : j + L]), positions, cache, mask)  # (B, L, D)
+        zhat = head(feed, embed(next_tokens[:, j : j + L]), positions, cache, mask,
+                    layers if j == 0 else None)  # (B, L, D)
         out.append(zhat)
         feed = zhat
     return out
@@ -78,7 +81,8 @@ def feature_noise(z: torch.Tensor, noise: float, generator: torch.Generator, bat
 
 def _batch(fs: FeatureSet, model, seqs: list[int], steps: int, vocab: torch.Tensor, length: int | None = None):
     """Padded tensors for sequences ``seqs`` on the model's device: z (B, L, D), next tokens, targets,
-    soft labels, masks.  L: ``length``, or the longest sequence's number of pairs."""
+    soft labels, masks, L, and the earlier layers' states (B, L, n * D) or None where ``fs`` has
+    none.  L: ``length``, or the longest sequence's number of pairs."""
     V, device = model.config.vocab_size, model.lm_head.weight.device
     parts = [fs.sequence(s) for s in seqs]
     L = max(len(p[0]) - 2 for p in parts) if length is None else length
@@ -99,7 +103,13 @@ def _batch(fs: FeatureSet, model, seqs: list[int], steps: int, vocab: torch.Tens
         reply[b, max(0, int(fs.prompt_lengths[s]) - 1) : n] = True
     lab_lp = lab_lp.masked_fill(lab_ids < 0, -math.inf)
     on = [t.to(device) for t in (toks, lab_ids.clamp(min=0), lab_lp, valid, reply)]
-    return z, *on, L
+    layers = None
+    if fs.layers is not None:
+        layers = torch.zeros(B, L, fs.layers.shape[1], device=device)
+        for b, s in enumerate(seqs):
+            h = fs.sequence_layers(s)[:L]
+            layers[b, : len(h)] = h.to(device)
+    return z, *on, L, layers
 
 
 def _losses(zhats, z, lab_ids, lab_lp, valid, lm, L):
@@ -132,8 +142,9 @@ def eagle_loss(head, model, fs: FeatureSet, batch: list[int], vocab: torch.Tenso
     the global batch's gradient."""
     rows = world.shard(range(len(batch)))
     L = max(int(fs.starts[s + 1] - fs.starts[s]) - 2 for s in batch)  # the global batch's pairs
-    z, toks, ids, lp, valid, _, _ = _batch(fs, model, [batch[i] for i in rows], unroll_steps, vocab, length=L)
-    zhats = unroll(head, model.embed, feature_noise(z[:, :L], noise, generator, len(batch), rows), toks, unroll_steps)
+    z, toks, ids, lp, valid, _, _, layers = _batch(fs, model, [batch[i] for i in rows], unroll_steps, vocab, length=L)
+    zhats = unroll(head, model.embed, feature_noise(z[:, :L], noise, generator, len(batch), rows), toks, unroll_steps,
+                   layers)
     per_step = _losses(zhats, z, ids, lp, valid, lm, L)
     shares = world.share(torch.stack([n for *_, n in per_step]))  # (U,), ones in one process
     loss = sum(w * ((reg + w_cls * cls) * share) for w, (reg, cls, _, _), share in zip(step_weights, per_step, shares))
@@ -154,7 +165,8 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
                 intermediate_size: int | None = None, weight_decay: float = 0.0,
                 val_seqs: list[int] | None = None, val_gamma: int = 5, progress: bool = True,
                 time_limit_s: float | None = None, max_steps: int | None = None, world: World | None = None,
-                checkpoints: Checkpoints | None = None, autocast: torch.dtype | None = None) -> tuple[EagleHead, dict]:
+                checkpoints: Checkpoints | None = None, autocast: torch.dtype | None = None,
+                feature_layers: tuple[int, ...] = ()) -> tuple[EagleHead, dict]:
     """Fit an EAGLE head on sequences ``seqs``, on the device of ``model``; return (head, log).
 
     With ``val_seqs``, the greedy chain tau (``val_gamma`` drafts) on those sequences is
@@ -167,6 +179,8 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     ``autocast``: run the training passes' products in this dtype (``torch.bfloat16``) under
     ``torch.autocast``; the weights, the optimizer and validation stay in float32.  On a CPU with
     bfloat16 matrix units (Intel AMX) a step took 1.6x less time (docs/heads.md).
+    ``feature_layers``: the head also reads the target's residual stream after these blocks
+    (EAGLE-3's fused features; ``fs.layers`` must hold them, :mod:`specbook.train.layer_features`).
     """
     if autocast not in (None, torch.bfloat16, torch.float16):
         raise ValueError(f"autocast must be None, torch.bfloat16 or torch.float16, got {autocast!r}")
@@ -180,7 +194,11 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     gen = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)  # the head's initial weights (nn.Linear draws from the global generator)
     device = model.lm_head.weight.device
-    head = EagleHead(EagleConfig.for_target(model.config, len(vocab), intermediate_size), vocab).to(device)
+    if bool(feature_layers) != (fs.layers is not None):
+        raise ValueError(f"feature_layers {tuple(feature_layers)} and the data's earlier layers "
+                         f"({'present' if fs.layers is not None else 'absent'}) must come together")
+    head = EagleHead(EagleConfig.for_target(model.config, len(vocab), intermediate_size, feature_layers),
+                     vocab).to(device)
     lm = model.lm_head.weight[vocab.to(device)].detach().float()
     steps = max(1, math.ceil(epochs * len(seqs) / batch_sequences))
     opt = torch.optim.AdamW(head.parameters(), lr=lr, weight_decay=weight_decay, betas=(0.9, 0.95))
@@ -192,7 +210,7 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     epoch_steps = math.ceil(len(seqs) / batch_sequences)
     run = {"trainer": "eagle", "sequences": len(seqs), "steps": steps, "batch_sequences": batch_sequences, "lr": lr,
            "seed": seed, "unroll_steps": unroll_steps, "noise": noise, "w_cls": w_cls, "weight_decay": weight_decay,
-           "draft_vocab": len(vocab),
+           "draft_vocab": len(vocab), **({"feature_layers": list(feature_layers)} if feature_layers else {}),
            **({"autocast": str(autocast).removeprefix("torch.")} if autocast else {})}  # older checkpoints resume
     if checkpoints is not None and checkpoints.resume:
         first, loop = restore(checkpoints, head, opt, sched, gen, run)
@@ -260,8 +278,8 @@ def chain_acceptance(head: EagleHead, model, fs: FeatureSet, seqs: list[int], ga
     seqs = world.shard(seqs)
     for i in range(0, len(seqs), batch_sequences):
         batch = seqs[i : i + batch_sequences]
-        z, toks, _, _, valid, reply, L = _batch(fs, model, batch, gamma + 1, vocab)
-        zhats = unroll(head, model.embed, z[:, :L], toks, gamma)
+        z, toks, _, _, valid, reply, L, layers = _batch(fs, model, batch, gamma + 1, vocab)
+        zhats = unroll(head, model.embed, z[:, :L], toks, gamma, layers)
         truth = to_draft_ids(toks, vocab, V)  # toks[:, m] = x_{m+1}
         ok = torch.ones(len(batch), L, dtype=torch.bool, device=lm.device)
         # branch t drafts x_{t+2}, x_{t+3}, ...; count it where x_{t+2} is a reply token
@@ -292,6 +310,9 @@ def main(argv: list[str] | None = None) -> None:
         ("--autocast", dict(choices=("none", "bfloat16"), default="none",
                             help="the training passes' products in bfloat16 (torch.autocast; weights and "
                                  "optimizer stay float32): 1.6x faster a step on a 2-core CPU with AMX")),
+        ("--feature-layers", dict(type=int_list, default=(),
+                                  help="also read the target's residual stream after these blocks, e.g. 2,15 "
+                                       "(EAGLE-3's fused features; recomputed once and cached beside the replies)")),
         "--time-limit",
         "--max-steps",
     ], shipped="head", default_name=DEFAULT_NAME)
@@ -299,12 +320,20 @@ def main(argv: list[str] | None = None) -> None:
     with launched(args.device) as world:
         data = load_heads_data(args, world)
         model, fs, held, fit, val = data.model, data.fs, data.held, data.fit, data.val
+        if args.feature_layers:
+            from .layer_features import layer_features
+
+            with world.main_first():  # rank 0 computes and caches them, the others read the file
+                for f in (fs, held):
+                    f.layers = layer_features(f, model, args.feature_layers, progress=world.main,
+                                              cache_dir=default_root(args.max_new_tokens))
         head, log = train_eagle(fs, model, fit, vocab=data.vocab, epochs=args.epochs,
                                 batch_sequences=args.batch_sequences, lr=args.lr, w_cls=args.w_cls, noise=args.noise,
                                 unroll_steps=args.unroll, weight_decay=args.weight_decay, val_seqs=val,
                                 time_limit_s=args.time_limit, max_steps=args.max_steps, world=world,
                                 checkpoints=checkpoints_from(args),
-                                autocast=None if args.autocast == "none" else torch.bfloat16)
+                                autocast=None if args.autocast == "none" else torch.bfloat16,
+                                feature_layers=args.feature_layers)
         if not world.main:
             return
         surv_val = chain_acceptance(head, model, fs, val)

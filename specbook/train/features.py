@@ -56,6 +56,7 @@ class FeatureSet:
     prompt_lengths: torch.Tensor  # (S,) long
     prompt_ids: list[str]
     categories: list[str]
+    layers: torch.Tensor | None = None  # (Ntot - S, n * D) float16, earlier hidden states (layer_features.py)
 
     @property
     def num_sequences(self) -> int:
@@ -66,6 +67,10 @@ class FeatureSet:
         a, b = int(self.starts[s]), int(self.starts[s + 1])
         fa, fb = a - s, b - s - 1
         return self.tokens[a:b], self.hidden[fa:fb], self.topk_ids[fa:fb], self.topk_logprobs[fa:fb]
+
+    def sequence_layers(self, s: int) -> torch.Tensor:
+        """(T-1, n * D) the earlier hidden states of sequence s (``layers`` must be set)."""
+        return self.layers[int(self.starts[s]) - s : int(self.starts[s + 1]) - s - 1]
 
     def select(self, keep: list[int]) -> "FeatureSet":
         parts = [self.sequence(s) for s in keep]
@@ -79,6 +84,7 @@ class FeatureSet:
             prompt_lengths=self.prompt_lengths[keep],
             prompt_ids=[self.prompt_ids[s] for s in keep],
             categories=[self.categories[s] for s in keep],
+            layers=None if self.layers is None else torch.cat([self.sequence_layers(s) for s in keep]),
         )
 
 
