@@ -38,6 +38,7 @@ import torch
 
 from ..decode import generate, speculative_generate
 from ..decode_stats import DecodeStats
+from ..drafters.eagle import shipped_feature_layers
 from ..models import LlamaTarget
 from ..models.compiled import CompiledTarget
 from ..sampling import SamplingParams
@@ -83,6 +84,7 @@ class SpecbookEngine:
             generator: torch.Generator | None = None, eos_token_id: int | None = None,
             verifier: str = "token") -> RunResult:
         prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
+        self._keep_layers(tuple(getattr(getattr(drafter, "features", None), "layers", ())))
         trees = []  # one flag per pass: was the draft a tree (then accept_tree ran, not the chain verifier)
         synchronize(self.device)
         t0 = time.perf_counter()
@@ -99,6 +101,11 @@ class SpecbookEngine:
                          verified_by(s, params, "tree" if any(trees) else verifier))
 
 
+    def _keep_layers(self, layers: tuple[int, ...]) -> None:
+        """The target keeps the residual stream after these blocks (an EAGLE head that reads them), or none."""
+        self.target.hidden_layers = layers or None
+
+
 class CompiledEngine(SpecbookEngine):
     """specbook's decoding loop, plain and with every drafter, its passes compiled
     (:class:`specbook.models.compiled.CompiledTarget`, batch 1): one compiled graph per pass
@@ -108,9 +115,14 @@ class CompiledEngine(SpecbookEngine):
     AUTOTUNE = True  # inductor times its matrix-product templates against oneDNN's (tests switch it off)
 
     def __init__(self, model, max_length: int, widths: Sequence[int] = (1,)):
-        # compiles on first use; warm_up times each width's passes on both kinds of product kernels
-        self.target = CompiledTarget(model, max_length, widths, autotune=self.AUTOTUNE, products="timed")
+        # compiles on first use; warm_up times each width's passes on both kinds of product kernels.  The earlier
+        # blocks the shipped EAGLE head reads (if any) are compiled in: returning them costs no work
+        self.target = CompiledTarget(model, max_length, widths, autotune=self.AUTOTUNE, products="timed",
+                                     hidden_layers=shipped_feature_layers() or None)
         self.device = self.target.device
+
+    def _keep_layers(self, layers: tuple[int, ...]) -> None:
+        pass  # fixed when the passes were compiled; a drafter needing others is refused by name when it reads them
 
     def run(self, *args, **kwargs) -> RunResult:
         wide = self.target.wide_passes

@@ -28,6 +28,7 @@ keep the N best nodes overall (a child never beats its parent, so they form a tr
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +161,13 @@ save_eagle = save_head
 
 # Files written before the head reused the model's Block name its attention weights without "attn.".
 _RENAMED = {"block.wqkv.weight": "block.attn.wqkv.weight", "block.wo.weight": "block.attn.wo.weight"}
+
+
+def shipped_feature_layers(path: str | Path = WEIGHTS_DIR / "eagle_smollm2-135m") -> tuple[int, ...]:
+    """The earlier target blocks the shipped head reads (its config's ``feature_layers``; () if none or no file):
+    a target compiled for it must keep them (``CompiledTarget(..., hidden_layers=)``)."""
+    path = Path(path).with_suffix(".json")
+    return tuple(json.loads(path.read_text())["config"].get("feature_layers", ())) if path.is_file() else ()
 
 
 def load_eagle(path: str | Path = WEIGHTS_DIR / "eagle_smollm2-135m") -> tuple[EagleHead, dict]:

@@ -64,12 +64,13 @@ class CompiledPass(nn.Module):
     written), k_cache and v_cache: L tensors (1, Hkv, S, Dh), one per layer, the cache's first S
     slots (written in place), visible (1, 1, W, S) bool (True = token w may attend to that slot;
     its own slot included)
-    -> (logits (1, W, V) float32, the last block's output (1, W, D) before the final norm).
+    -> (logits (1, W, V) float32, the last block's output (1, W, D) before the final norm, the
+    residual stream after each of ``layers`` blocks (1, W, D), a tuple).
     A decode step is W = 1; a verify pass of a chain or a tree is W = its width (padded)."""
 
-    def __init__(self, model: LlamaModel, max_length: int, attention: str = "fused"):
+    def __init__(self, model: LlamaModel, max_length: int, attention: str = "fused", layers: Sequence[int] = ()):
         super().__init__()
-        self.model = model
+        self.model, self.layers = model, tuple(layers)
         self.products = attention == "products"  # attention as two matrix products, else torch's fused kernel
         w = model.embed.weight
         self.cos, self.sin = model._rope_tables(max_length, w.device, w.dtype)  # (P, Dh) each
@@ -86,6 +87,7 @@ class CompiledPass(nn.Module):
         cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # (1, W, 1, Dh)
         mask = visible.expand(1, G, W, visible.shape[-1]).reshape(1, 1, G * W, -1)  # row g*W + w: head g, token w
         x = m.embed(tokens)  # (1, W, D)
+        states = {0: x} if 0 in self.layers else {}  # block count -> residual stream (drafters that read them)
         for i, block in enumerate(m.layers):
             attn, mlp = block.attn, block.mlp
             qkv = F.linear(block.attn_norm(x), attn.wqkv.weight, attn.wqkv.bias)  # (1, W, (H + 2 Hkv) Dh)
@@ -104,11 +106,13 @@ class CompiledPass(nn.Module):
             x = x + F.linear(y, attn.wo.weight, attn.wo.bias)
             gate, up = F.linear(block.mlp_norm(x), mlp.w_gate_up.weight, mlp.w_gate_up.bias).chunk(2, dim=-1)
             x = x + F.linear(F.silu(gate) * up, mlp.w_down.weight, mlp.w_down.bias)
+            if i + 1 in self.layers:
+                states[i + 1] = x
         normed = m.norm(x)
         logits = F.linear(normed, m.lm_head.weight)  # (1, W, V)
         if logits.dtype in (torch.bfloat16, torch.float16):
             logits = m._top_in_float32(normed, logits)  # as the eager model: the top candidates in float32
-        return logits.float(), x
+        return logits.float(), x, tuple(states[i] for i in self.layers)
 
 
 def raise_recompile_limit(limit: int = 128) -> None:
@@ -143,7 +147,8 @@ class CompiledTarget(LlamaTarget):
     that ``scripts/compiled_overheads.py`` can time what each buys.  Weights are frozen into the
     compiled code (inductor's ``freezing``, switched on around each call; passed as
     ``torch.compile(options=...)`` instead it did not take effect here: 48 ms a token instead
-    of 22), so the model must not change after the first pass.
+    of 22), so the model must not change after the first pass.  ``hidden_layers`` (as for
+    :class:`LlamaTarget`: an EAGLE head that reads earlier blocks) is compiled in too: set it here.
 
     ``products``: the matrix-product kernels each width runs (:data:`KERNELS`).  "autotuned" (the
     default): inductor's choice, shape by shape, timed on each weight alone; "library": MKL's and
@@ -157,7 +162,7 @@ class CompiledTarget(LlamaTarget):
 
     def __init__(self, model: LlamaModel, max_length: int = 2048, widths: Sequence[int] = (1,),
                  autotune: bool = True, span_block: int | None = SPAN_BLOCK, cpp_wrapper: bool = False,
-                 attention: str = "auto", products: str = "autotuned"):
+                 attention: str = "auto", products: str = "autotuned", hidden_layers: Sequence[int] | None = None):
         if attention not in ("auto", "fused", "products"):
             raise ValueError(f"attention must be 'auto', 'fused' or 'products', got {attention!r}")
         if products not in PRODUCTS:
@@ -165,7 +170,7 @@ class CompiledTarget(LlamaTarget):
         if span_block is not None and (isinstance(span_block, bool) or not isinstance(span_block, int)
                                        or span_block < 2):
             raise ValueError(f"span_block must be an int >= 2 or None, got {span_block!r}")
-        super().__init__(model, max_length)
+        super().__init__(model, max_length, hidden_layers)
         self.span_block, self.cpp_wrapper = span_block, cpp_wrapper
         if attention == "auto":
             attention = "products" if model.embed.weight.dtype == torch.float32 else "fused"
@@ -178,7 +183,9 @@ class CompiledTarget(LlamaTarget):
         self.compiled_passes = self.eager_passes = self.wide_passes = 0
         self._traced: set[tuple[str, int]] = set()  # (kernels, width) whose graph exists (its span marked dynamic)
         raise_recompile_limit()
-        self.passes = torch.compile(CompiledPass(model, max_length, attention), fullgraph=True, dynamic=False,
+        self._layers = self.hidden_layers or ()  # compiled into the passes: fixed from here on
+        self.passes = torch.compile(CompiledPass(model, max_length, attention, self._layers), fullgraph=True,
+                                    dynamic=False,
                                     mode="max-autotune" if autotune else None)
         self.products = products
         self.kernels_of: dict[int, str] = {}  # width -> the kernels its passes run, once "timed" chose them
@@ -251,6 +258,9 @@ class CompiledTarget(LlamaTarget):
             self.wide_passes += int(n > self.widths[-1] and max(cache.length_list()) > 0)
             return super().forward(tokens, parents, logits_to_keep=logits_to_keep)  # checks its arguments
         self.model._check_inputs(tokens, None, None, None)  # the eager model's checks: N >= 1, ids in the vocabulary
+        if (self.hidden_layers or ()) != self._layers:
+            raise ValueError(f"hidden_layers is compiled into the passes ({self._layers or 'none'}): give it to "
+                             f"CompiledTarget(..., hidden_layers=) rather than changing it to {self.hidden_layers}")
         start = cache.length_list()[0]
         if start + n > self.max_length:
             raise ValueError(f"a row would hold {start + n} tokens, more than max_length={self.max_length} "
@@ -287,11 +297,12 @@ class CompiledTarget(LlamaTarget):
                 torch._dynamo.mark_dynamic(t, t.dim() - 2 if t is not visible else 3)  # S: one graph for every span
         # weights as constants (the first pass of a width compiles)
         with inductor_config.patch(freezing=True, cpp_wrapper=self.cpp_wrapper, **KERNELS[kind]):
-            logits, hidden = self.passes(padded, positions, slots, keys, values, visible, kind)
+            logits, hidden, states = self.passes(padded, positions, slots, keys, values, visible, kind)
         self._traced.add((kind, width))
         cache.appended(n)
         self.compiled_passes += 1
         self.last_hidden = hidden[:, :n]  # (1, N, D)
+        self.last_hidden_layers = tuple(h[:, :n] for h in states) if self.hidden_layers is not None else None
         self._last_tree = ([start], plist, cache.length_list())
         return logits[:, :n]  # (1, N, V) float32
 

@@ -275,3 +275,26 @@ def test_timed_products_compile_each_width_both_ways_and_keep_the_faster():
     assert {kind for kind, _ in target._traced} == set(KERNELS)
     with pytest.raises(ValueError, match="products must be one of"):
         CompiledTarget(model, max_length=64, products="fastest", autotune=False)
+
+
+def test_compiled_passes_keep_the_hidden_layers_asked_for():
+    """hidden_layers (an EAGLE head that reads earlier blocks) is compiled into the passes: their states equal
+    the eager target's, chain and tree passes alike, and changing it afterwards is refused."""
+    model = LlamaModel(TINY).init_weights(std=0.3, generator=torch.Generator().manual_seed(5)).eval()
+    target = CompiledTarget(model, max_length=64, widths=(4,), autotune=False, hidden_layers=(2, 0, 1))
+    eager = LlamaTarget(model, max_length=64, hidden_layers=(2, 0, 1))
+    prompt = torch.tensor([repetitive(5, 2)])
+    for parents in (None, torch.tensor([-1, 0, 0])):
+        states = []
+        for t in (target, eager):
+            t.reset(1)
+            t.forward(prompt)  # the eager prefill
+            t.forward(torch.tensor([[3, 4, 5]]), parents)
+            states.append(t.last_hidden_layers)
+        assert len(states[0]) == 3 and all(s.shape == (1, 3, TINY.dim) for s in states[0])
+        for got, want in zip(*states):
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    assert target.compiled_passes == 2
+    target.hidden_layers = (1,)
+    with pytest.raises(ValueError, match="hidden_layers is compiled into the passes"):
+        target.forward(torch.tensor([[3]]))

@@ -137,3 +137,18 @@ def test_fused_training_lowers_the_loss_and_round_trips(tmp_path):
         EagleHead(EagleConfig.for_target(model.config, VD), vocab)(z, e, pos, layers=h)
     with pytest.raises(ValueError, match="feature_layers"):
         EagleConfig.for_target(model.config, VD, feature_layers=(3,))
+
+
+def test_the_bench_engine_keeps_the_layers_a_fused_head_reads():
+    from specbook.bench.engines import SpecbookEngine
+
+    model = tiny_model()
+    engine = SpecbookEngine(model, 96)
+    drafter = EagleDrafter(fused_head(model), model, tree=DynamicTree(depth=3, top_k=2, num_nodes=6))
+    prompt = prompts(1, seed=13)[0]
+    plain = engine.run(prompt, None, GREEDY, 16, 0)
+    assert engine.target.hidden_layers is None
+    spec = engine.run(prompt, drafter, GREEDY, 16, 3)
+    assert engine.target.hidden_layers == LAYERS and spec.new_ids == plain.new_ids and spec.accepted > 0
+    engine.run(prompt, None, GREEDY, 4, 0)
+    assert engine.target.hidden_layers is None
