@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -418,6 +418,46 @@ for u, acc in by_depth.items():
 plots.plot_curves([1, 2, 3, 4], {f"trained with {u} unroll step{'s' * (u > 1)}": acc for u, acc in by_depth.items()},
                   "drafts d", "share of positions with d drafts right",
                   title="Tiny EAGLE head: acceptance by depth")
+
+# %% [markdown]
+# ## 5c. Features from earlier layers
+#
+# EAGLE-3's other change: the head also reads the target's residual stream
+# after earlier blocks (a low and a middle one), not only the last feature.
+# specbook's head built with `feature_layers` adds W_fuse [rms(h_low) ; rms(h_mid)]
+# to z_t at the true pairs, each state scaled to unit RMS (their scales differ
+# by layer); W_fuse starts at zero, so training starts from EAGLE's head. Since
+# the head's first map is linear, that is a linear map of [z_t ; h_low ; h_mid ;
+# e(x_t+1)]: EAGLE-3's wider input. Pairs the head feeds with its own guesses
+# have no earlier layers (the target never ran on them) and read its guess alone.
+# The training data need one more target pass over each reply
+# (`specbook.train.layer_features`, cached on disk for a real model), and a
+# target keeps those states when built with `hidden_layers`. The tiny target has
+# two blocks, so its head reads the state after block 1; it trains with U = 2
+# beside section 4's head, on the same replies and steps. A two-block random
+# model leaves an earlier layer little to add: here the point is the mechanism
+# and the lossless check; `docs/heads.md` measures what it buys on SmolLM2.
+
+# %%
+from specbook.train.layer_features import layer_features
+
+t0 = time.perf_counter()
+data.layers = layer_features(data, tiny, (1,), progress=False)  # after block 1, every position of every reply
+fused_head = train_eagle(data, tiny, fit, unroll_steps=2, feature_layers=(1,), **eagle_recipe)[0]
+fused_depth = chain_acceptance(fused_head, tiny, data, fit, gamma=4)[1:].tolist()
+data.layers = None  # the other heads read the last feature only
+print(f"fused-feature tiny head trained and scored in {time.perf_counter() - t0:.1f} s")
+print("last feature only:      first d drafts all right, d = 1..4:", [round(a, 2) for a in by_depth[2]])
+print("plus the block-1 state: first d drafts all right, d = 1..4:", [round(a, 2) for a in fused_depth])
+fused_target = LlamaTarget(tiny, max_length=256, hidden_layers=(1,))  # keeps the state the head reads
+fused_prompt = torch.tensor(prompt_ids[fit[0]])
+fused_drafter = EagleDrafter(fused_head, tiny, tree=DynamicTree(depth=3, top_k=3, num_nodes=8))
+fused_out = speculative_generate(fused_target, fused_drafter, fused_prompt, 24, params=GREEDY)
+assert torch.equal(fused_out.new_tokens, generate(fused_target, fused_prompt, 24, params=GREEDY).new_tokens)  # lossless
+print(f"greedy tree decoding with it equals plain decoding; tau {fused_out.stats.tau:.2f}")
+plots.plot_curves([1, 2, 3, 4], {"last feature": by_depth[2], "last feature + block 1": fused_depth},
+                  "drafts d", "share of positions with d drafts right",
+                  title="Tiny EAGLE head (U = 2): what an earlier layer adds")
 
 # %% [markdown]
 # On SmolLM2 the shipped head (trained with U = 2) records its held-out
