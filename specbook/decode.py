@@ -22,7 +22,7 @@ from typing import Callable
 import torch
 from tqdm.auto import tqdm
 
-from .protocols import CountsPasses, Draft, Drafter, SupportsKeep, SupportsObserve, Target
+from .protocols import CountsPasses, Draft, Drafter, SupportsAttach, SupportsKeep, SupportsObserve, Target
 from .rows import PAD, Rows, drop_rows, pending_tokens, prefill, prompt_device
 from .sampling import SamplingParams, warp
 from .decode_stats import DecodeStats
@@ -144,6 +144,8 @@ def _loop(target, drafter, rows: Rows, params, gamma, generator, progress, devic
     stats = DecodeStats()
     observes, counts = isinstance(drafter, SupportsObserve), isinstance(drafter, CountsPasses)  # once: not cheap
     passes_before = drafter.passes if counts else 0
+    if isinstance(drafter, SupportsAttach):
+        drafter.attach(target)  # before the prefill: what the drafter reads must be kept from the first token
     kept_indices = prefill(target, rows.prompts, device)
     if observes:
         drafter.observe(target, kept_indices)  # the prefilled prompt, pending excluded

@@ -93,6 +93,14 @@ class SupportsObserve(Protocol):
 
 
 @runtime_checkable
+class SupportsAttach(Protocol):
+    """A drafter that needs something of the target before the prefill: ``attach(target)`` runs once per
+    generation, first (an EAGLE head that reads earlier blocks asks the target to keep their states)."""
+
+    def attach(self, target: Target) -> None: ...
+
+
+@runtime_checkable
 class CountsPasses(Protocol):
     """A drafter that counts its own forward passes (``passes``, an int that only grows); the loop
     reports the difference as ``DecodeStats.draft_passes`` (Leviathan et al. 2023, sec. 3.4)."""

@@ -84,7 +84,6 @@ class SpecbookEngine:
             generator: torch.Generator | None = None, eos_token_id: int | None = None,
             verifier: str = "token") -> RunResult:
         prompt = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)
-        self._keep_layers(tuple(getattr(getattr(drafter, "features", None), "layers", ())))
         trees = []  # one flag per pass: was the draft a tree (then accept_tree ran, not the chain verifier)
         synchronize(self.device)
         t0 = time.perf_counter()
@@ -101,11 +100,6 @@ class SpecbookEngine:
                          verified_by(s, params, "tree" if any(trees) else verifier))
 
 
-    def _keep_layers(self, layers: tuple[int, ...]) -> None:
-        """The target keeps the residual stream after these blocks (an EAGLE head that reads them), or none."""
-        self.target.hidden_layers = layers or None
-
-
 class CompiledEngine(SpecbookEngine):
     """specbook's decoding loop, plain and with every drafter, its passes compiled
     (:class:`specbook.models.compiled.CompiledTarget`, batch 1): one compiled graph per pass
@@ -120,9 +114,6 @@ class CompiledEngine(SpecbookEngine):
         self.target = CompiledTarget(model, max_length, widths, autotune=self.AUTOTUNE, products="timed",
                                      hidden_layers=shipped_feature_layers() or None)
         self.device = self.target.device
-
-    def _keep_layers(self, layers: tuple[int, ...]) -> None:
-        pass  # fixed when the passes were compiled; a drafter needing others is refused by name when it reads them
 
     def run(self, *args, **kwargs) -> RunResult:
         wide = self.target.wide_passes

@@ -360,6 +360,11 @@ class AdaptiveGamma:
         if isinstance(self.drafter, SupportsSelectRows):
             self.drafter.select_rows(rows)
 
+    def attach(self, target) -> None:
+        """Forward the loop's attach call to a drafter that needs it (an EAGLE head reading earlier blocks)."""
+        if hasattr(self.drafter, "attach"):
+            self.drafter.attach(target)
+
     def observe(self, target, kept) -> None:
         """Forward the loop's observe call to a drafter that reads the target (EAGLE, Medusa); else nothing."""
         if hasattr(self.drafter, "observe"):

@@ -227,6 +227,11 @@ class EagleDrafter:
             raise ValueError(f"tree must be 'default', None or a DynamicTree, got {tree!r}")
         return cls(head, model, tree=tree, dtype=dtype)
 
+    def attach(self, target) -> None:
+        """A head with ``feature_layers`` asks the target to keep those blocks' states (before the prefill)."""
+        if self.head.config.feature_layers and hasattr(target, "keep_layers"):
+            target.keep_layers(self.head.config.feature_layers)
+
     def observe(self, target, kept: list[list[int]]) -> None:
         self.features.observe(target, kept)
 

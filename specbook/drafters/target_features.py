@@ -21,8 +21,8 @@ import torch
 
 class TargetFeatures:
     """Per-row buffers of ``transform(target.last_hidden)`` at the cached positions, followed, with
-    ``layers``, by the residual stream after each of those blocks (``target.last_hidden_layers``:
-    a ``LlamaTarget`` built with ``hidden_layers`` that include them), concatenated on the last dim."""
+    ``layers``, by the residual stream after each of those blocks (``target.last_hidden_layers``: a
+    ``LlamaTarget`` that keeps them, ``keep_layers`` or ``hidden_layers``), concatenated on the last dim."""
 
     def __init__(self, transform: Callable[[torch.Tensor], torch.Tensor] | None = None, layers: tuple[int, ...] = ()):
         self.transform = transform
@@ -78,9 +78,9 @@ class TargetFeatures:
         have = getattr(target, "hidden_layers", None) or ()
         states = getattr(target, "last_hidden_layers", None)
         if states is None or any(i not in have for i in self.layers):
-            raise ValueError(f"this drafter reads the target's hidden states after blocks {self.layers}: build the "
-                             f"target as LlamaTarget(model, hidden_layers={self.layers}); this one keeps "
-                             f"{tuple(have) or 'none'}")
+            raise ValueError(f"this drafter reads the target's hidden states after blocks {self.layers} and this "
+                             f"target keeps {tuple(have) or 'none'}: call drafter.attach(target) before the prefill "
+                             f"(specbook.decode does), or build LlamaTarget(model, hidden_layers={self.layers})")
         return [states[have.index(i)] for i in self.layers]
 
     def _write(self, b: int, start: int, new: torch.Tensor | None) -> None:

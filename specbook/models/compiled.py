@@ -237,6 +237,12 @@ class CompiledTarget(LlamaTarget):
         None where :meth:`warm_up` did not time them (``products`` other than "timed")."""
         return {str(w): {"chosen": self.kernels_of.get(w), "ms": self.kernel_ms.get(w)} for w in self.widths}
 
+    def keep_layers(self, layers: Sequence[int]) -> None:
+        """Refused unless ``layers`` were compiled in (``CompiledTarget(..., hidden_layers=)``)."""
+        if any(int(i) not in self._layers for i in layers):
+            raise ValueError(f"this drafter reads the target's states after blocks {tuple(layers)}, and the compiled "
+                             f"passes keep {self._layers or 'none'}: build CompiledTarget(..., hidden_layers=...) with them")
+
     def reset(self, batch_size: int) -> None:
         if batch_size != 1:
             raise ValueError(f"CompiledTarget supports batch_size=1 only, got {batch_size}")

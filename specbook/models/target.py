@@ -96,6 +96,14 @@ class LlamaTarget:
     def device(self) -> torch.device:
         return self.model.embed.weight.device
 
+    def keep_layers(self, layers: Sequence[int]) -> None:
+        """From the next forward on, also keep the residual stream after each of ``layers`` blocks."""
+        have = self.hidden_layers or ()
+        self.hidden_layers = have + tuple(int(i) for i in layers if int(i) not in have)
+        for i in self.hidden_layers:
+            if not 0 <= i <= self.config.n_layers:
+                raise ValueError(f"hidden_layers entry {i} not in [0, {self.config.n_layers}]")
+
     @property
     def dtype(self) -> torch.dtype:
         return self.model.embed.weight.dtype

@@ -5,8 +5,9 @@ Without a download (a tiny random Llama of three blocks, seconds):
   sequence (padding in a batch never leaks into a shorter sequence), and come back from the cache;
 * the drafter's incremental chain with a fused head equals the training-time unroll given the
   same earlier-layer states; a broken twin that drops those states at drafting time is caught;
-* greedy tree decoding with a fused head equals plain decoding, and a target that keeps no
-  earlier layers is refused by name;
+* greedy tree decoding with a fused head equals plain decoding; the decoding loop asks the target
+  to keep the layers (``attach``), and a loop that never does, or a compiled target without them,
+  is refused by name;
 * training with fused features lowers the loss and round-trips through safetensors.
 """
 from __future__ import annotations
@@ -102,16 +103,24 @@ def test_fused_head_drafts_equal_the_training_unroll_and_a_twin_without_layers_i
     assert broken != want
 
 
-def test_fused_head_tree_decoding_equals_plain_and_needs_the_layers_kept():
+def test_fused_head_tree_decoding_equals_plain_and_the_target_is_asked_for_the_layers():
     model = tiny_model()
     drafter = EagleDrafter(fused_head(model), model, tree=DynamicTree(depth=3, top_k=2, num_nodes=6))
-    target = LlamaTarget(model, max_length=96, hidden_layers=LAYERS)
+    target = LlamaTarget(model, max_length=96, hidden_layers=(3,))
     for p in prompts(4, seed=12):
         prompt = torch.tensor(p)
-        out = speculative_generate(target, drafter, prompt, 24, params=GREEDY)
+        out = speculative_generate(target, drafter, prompt, 24, params=GREEDY)  # the loop attaches the drafter
         assert torch.equal(out.new_tokens, generate(target, prompt, 24, params=GREEDY).new_tokens)
-    with pytest.raises(ValueError, match=r"hidden_layers=\(1, 2\)"):
-        speculative_generate(LlamaTarget(model, max_length=96), drafter, torch.tensor(prompts(1)[0]), 4, params=GREEDY)
+    assert target.hidden_layers == (3, *LAYERS)  # what it kept before, and what the head reads
+    bare = LlamaTarget(model, max_length=96)
+    bare.reset(1)
+    bare.forward(torch.tensor([[1, 2, 3]]))  # a loop of one's own that never attaches the drafter
+    with pytest.raises(ValueError, match=r"drafter.attach\(target\).*hidden_layers=\(1, 2\)"):
+        drafter.observe(bare, [[0, 1, 2]])
+    from specbook.models.compiled import CompiledTarget
+
+    with pytest.raises(ValueError, match="CompiledTarget"):  # its passes keep what they were compiled with
+        drafter.attach(CompiledTarget(model, max_length=96, autotune=False))
 
 
 def test_fused_training_lowers_the_loss_and_round_trips(tmp_path):
@@ -139,7 +148,7 @@ def test_fused_training_lowers_the_loss_and_round_trips(tmp_path):
         EagleConfig.for_target(model.config, VD, feature_layers=(3,))
 
 
-def test_the_bench_engine_keeps_the_layers_a_fused_head_reads():
+def test_the_bench_engine_runs_a_fused_head_losslessly():
     from specbook.bench.engines import SpecbookEngine
 
     model = tiny_model()
@@ -150,5 +159,3 @@ def test_the_bench_engine_keeps_the_layers_a_fused_head_reads():
     assert engine.target.hidden_layers is None
     spec = engine.run(prompt, drafter, GREEDY, 16, 3)
     assert engine.target.hidden_layers == LAYERS and spec.new_ids == plain.new_ids and spec.accepted > 0
-    engine.run(prompt, None, GREEDY, 4, 0)
-    assert engine.target.hidden_layers is None
