@@ -42,7 +42,8 @@ def head_row(path: str, model, target, prompts: list, ids: list, refs: list, max
     head, meta = load_eagle(path)
     training = meta["training"]
     survival = meta["heldout"]["chain_survival_heldout"]
-    row = {"head": Path(path).name, "unroll": training.get("unroll"), "epochs": training.get("epochs"),
+    row = {"head": Path(path).name, "unroll": training.get("unroll"), "feature_layers": list(head.config.feature_layers),
+           "epochs": training.get("epochs"),
            "steps": training.get("steps"), "train_minutes": round(training["train_seconds"] / 60, 1)
            if "train_seconds" in training else None,
            "train_sequences": training.get("train_sequences"), "validation_tau_per_epoch":
@@ -51,7 +52,6 @@ def head_row(path: str, model, target, prompts: list, ids: list, refs: list, max
            "equal_to_plain": 0, "replies": 0}
     for nodes, tree in TREES.items():
         drafter = EagleDrafter(head, model, tree=tree)
-        target.hidden_layers = head.config.feature_layers or None  # a fused-feature head reads earlier blocks
         per_cat: dict[str, list[int]] = {}
         for p, prompt, ref in zip(prompts, ids, refs):
             out = speculative_generate(target, drafter, prompt, max_new_tokens, params=GREEDY, eos_token_id=eos)
