@@ -147,7 +147,6 @@ class EagleHead(nn.Module):
                      None if folded is None else folded.to(x.device), is_causal)
         return self.block(x, 0, cache, step)
 
-
     def unit_rms(self, layers: torch.Tensor) -> torch.Tensor:
         """(..., n * D) -> each of the n hidden states scaled to unit RMS (their scales differ by layer)."""
         if not self.config.feature_layers:

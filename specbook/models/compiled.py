@@ -185,8 +185,7 @@ class CompiledTarget(LlamaTarget):
         raise_recompile_limit()
         self._layers = self.hidden_layers or ()  # compiled into the passes: fixed from here on
         self.passes = torch.compile(CompiledPass(model, max_length, attention, self._layers), fullgraph=True,
-                                    dynamic=False,
-                                    mode="max-autotune" if autotune else None)
+                                    dynamic=False, mode="max-autotune" if autotune else None)
         self.products = products
         self.kernels_of: dict[int, str] = {}  # width -> the kernels its passes run, once "timed" chose them
         self.kernel_ms: dict[int, dict[str, float]] = {}  # width -> {kernels: median ms of a pass}, as timed
@@ -241,7 +240,8 @@ class CompiledTarget(LlamaTarget):
         """Refused unless ``layers`` were compiled in (``CompiledTarget(..., hidden_layers=)``)."""
         if any(int(i) not in self._layers for i in layers):
             raise ValueError(f"this drafter reads the target's states after blocks {tuple(layers)}, and the compiled "
-                             f"passes keep {self._layers or 'none'}: build CompiledTarget(..., hidden_layers=...) with them")
+                             f"passes keep {self._layers or 'none'}: build CompiledTarget(..., hidden_layers=) "
+                             "with them")
 
     def reset(self, batch_size: int) -> None:
         if batch_size != 1:

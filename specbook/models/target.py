@@ -82,10 +82,7 @@ class LlamaTarget:
         self.config = model.config
         self.vocab_size = model.config.vocab_size
         self.max_length = max_length
-        self.hidden_layers = None if hidden_layers is None else tuple(int(i) for i in hidden_layers)
-        for i in self.hidden_layers or ():
-            if not 0 <= i <= model.config.n_layers:
-                raise ValueError(f"hidden_layers entry {i} not in [0, {model.config.n_layers}]")
+        self.hidden_layers = None if hidden_layers is None else self._checked_layers(hidden_layers)
         self.cache = None
         self.last_hidden: torch.Tensor | None = None
         self.last_hidden_layers: tuple[torch.Tensor, ...] | None = None
@@ -96,13 +93,17 @@ class LlamaTarget:
     def device(self) -> torch.device:
         return self.model.embed.weight.device
 
+    def _checked_layers(self, layers: Sequence[int]) -> tuple[int, ...]:
+        out = tuple(int(i) for i in layers)
+        for i in out:
+            if not 0 <= i <= self.config.n_layers:
+                raise ValueError(f"hidden_layers entry {i} not in [0, {self.config.n_layers}]")
+        return out
+
     def keep_layers(self, layers: Sequence[int]) -> None:
         """From the next forward on, also keep the residual stream after each of ``layers`` blocks."""
         have = self.hidden_layers or ()
-        self.hidden_layers = have + tuple(int(i) for i in layers if int(i) not in have)
-        for i in self.hidden_layers:
-            if not 0 <= i <= self.config.n_layers:
-                raise ValueError(f"hidden_layers entry {i} not in [0, {self.config.n_layers}]")
+        self.hidden_layers = have + tuple(i for i in self._checked_layers(layers) if i not in have)
 
     @property
     def dtype(self) -> torch.dtype:

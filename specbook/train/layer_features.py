@@ -8,7 +8,8 @@ longest, n layers, D width.
 The cached replies (:mod:`specbook.train.features`) keep only the last block's output, the
 feature EAGLE reads.  The residual stream after other blocks is recomputed here by one forward
 pass over each whole sequence (prompt and reply: the tokens are all known, so no generation, no
-LM head and no block after the last one asked for), in the same float32 model, and cached beside the replies.
+LM head and no block after the last one asked for), in the same float32 model, and cached
+beside the replies.
 """
 from __future__ import annotations
 

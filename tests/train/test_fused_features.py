@@ -112,6 +112,9 @@ def test_fused_head_tree_decoding_equals_plain_and_the_target_is_asked_for_the_l
         out = speculative_generate(target, drafter, prompt, 24, params=GREEDY)  # the loop attaches the drafter
         assert torch.equal(out.new_tokens, generate(target, prompt, 24, params=GREEDY).new_tokens)
     assert target.hidden_layers == (3, *LAYERS)  # what it kept before, and what the head reads
+    with pytest.raises(ValueError, match="hidden_layers entry 4"):
+        target.keep_layers((1, 4))
+    assert target.hidden_layers == (3, *LAYERS)  # a refused request changes nothing
     bare = LlamaTarget(model, max_length=96)
     bare.reset(1)
     bare.forward(torch.tensor([[1, 2, 3]]))  # a loop of one's own that never attaches the drafter
