@@ -14,7 +14,8 @@ Pair t of a sequence is (z_t, x_{t+1}) at position t; the head predicts zhat_{t+
 token loss, the cross-entropy of the draft distribution softmax(W_lm zhat_{t+1}) against the
 target's own next-token distribution at t+1 (its stored top-k, renormalised on the draft
 vocabulary).  Uniform noise on the input features (EAGLE sec. 4.2) makes the head tolerate
-its own prediction errors.
+its own prediction errors.  ``--w-reg 0`` drops the regression, as EAGLE-3 does: zhat is then
+whatever state the LM head reads best, and later drafts feed on that state.
 
 Unrolling (:func:`unroll`): at drafting time the head feeds on its own predictions.  Step j
 of the unroll runs every position t at once as the j-th draft after t: input
@@ -134,7 +135,7 @@ def _losses(zhats, z, lab_ids, lab_lp, valid, lm, L):
 
 def eagle_loss(head, model, fs: FeatureSet, batch: list[int], vocab: torch.Tensor, lm: torch.Tensor,
                generator: torch.Generator, world: World, *, unroll_steps: int, noise: float, w_cls: float,
-               step_weights: tuple[float, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+               step_weights: tuple[float, ...], w_reg: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """This rank's loss on its slice of the global ``batch`` of sequences, and the top-1 agreement
     of each unroll step (U,).  Sequences are padded to the global batch's length so that the
     noise of every rank's rows is one process's; each step's means are scaled by the rank's
@@ -147,7 +148,8 @@ def eagle_loss(head, model, fs: FeatureSet, batch: list[int], vocab: torch.Tenso
                    layers)
     per_step = _losses(zhats, z, ids, lp, valid, lm, L)
     shares = world.share(torch.stack([n for *_, n in per_step]))  # (U,), ones in one process
-    loss = sum(w * ((reg + w_cls * cls) * share) for w, (reg, cls, _, _), share in zip(step_weights, per_step, shares))
+    loss = sum(w * ((w_reg * reg + w_cls * cls) * share)
+               for w, (reg, cls, _, _), share in zip(step_weights, per_step, shares))
     return loss, torch.stack([a for _, _, a, _ in per_step]) * shares
 
 
@@ -166,7 +168,7 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
                 val_seqs: list[int] | None = None, val_gamma: int = 5, progress: bool = True,
                 time_limit_s: float | None = None, max_steps: int | None = None, world: World | None = None,
                 checkpoints: Checkpoints | None = None, autocast: torch.dtype | None = None,
-                feature_layers: tuple[int, ...] = ()) -> tuple[EagleHead, dict]:
+                feature_layers: tuple[int, ...] = (), w_reg: float = 1.0) -> tuple[EagleHead, dict]:
     """Fit an EAGLE head on sequences ``seqs``, on the device of ``model``; return (head, log).
 
     With ``val_seqs``, the greedy chain tau (``val_gamma`` drafts) on those sequences is
@@ -181,9 +183,12 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     bfloat16 matrix units (Intel AMX) a step took 1.6x less time (docs/heads.md).
     ``feature_layers``: the head also reads the target's residual stream after these blocks
     (EAGLE-3's fused features; ``fs.layers`` must hold them, :mod:`specbook.train.layer_features`).
+    ``w_reg``: the weight of the feature regression (EAGLE: 1; EAGLE-3 drops it, 0: the token loss alone).
     """
     if autocast not in (None, torch.bfloat16, torch.float16):
         raise ValueError(f"autocast must be None, torch.bfloat16 or torch.float16, got {autocast!r}")
+    if not (w_reg >= 0 and w_cls >= 0 and w_reg + w_cls > 0):
+        raise ValueError(f"w_reg and w_cls must be >= 0 and not both 0, got {w_reg}, {w_cls}")
     if epochs <= 0 or batch_sequences < 1 or unroll_steps < 1:
         raise ValueError(f"need epochs > 0, batch_sequences >= 1, unroll_steps >= 1; got {epochs}, "
                          f"{batch_sequences}, {unroll_steps}")
@@ -211,6 +216,7 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
     run = {"trainer": "eagle", "sequences": len(seqs), "steps": steps, "batch_sequences": batch_sequences, "lr": lr,
            "seed": seed, "unroll_steps": unroll_steps, "noise": noise, "w_cls": w_cls, "weight_decay": weight_decay,
            "draft_vocab": len(vocab), **({"feature_layers": list(feature_layers)} if feature_layers else {}),
+           **({"w_reg": w_reg} if w_reg != 1.0 else {}),
            **({"autocast": str(autocast).removeprefix("torch.")} if autocast else {})}  # older checkpoints resume
     if checkpoints is not None and checkpoints.resume:
         first, loop = restore(checkpoints, head, opt, sched, gen, run)
@@ -221,7 +227,8 @@ def train_eagle(fs: FeatureSet, model, seqs: list[int], *, vocab: torch.Tensor, 
         order = order or _epoch(lengths, batch_sequences, gen)
         with torch.autocast(device.type, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
             loss, agree = eagle_loss(trained, model, fs, [seqs[i] for i in order.pop()], vocab, lm, gen, world,
-                                     unroll_steps=unroll_steps, noise=noise, w_cls=w_cls, step_weights=step_weights)
+                                     unroll_steps=unroll_steps, noise=noise, w_cls=w_cls, step_weights=step_weights,
+                                     w_reg=w_reg)
         opt.zero_grad()
         loss.backward()  # DDP averages the ranks' gradients here
         torch.nn.utils.clip_grad_norm_(head.parameters(), 1.0)
@@ -303,6 +310,8 @@ def main(argv: list[str] | None = None) -> None:
         "--train-prompts", "--heldout-prompts", "--max-new-tokens", "--draft-vocab", "--epochs",
         ("--batch-sequences", dict(type=positive_int, default=8, help="sequences per step (all processes together)")),
         "--lr", ("--w-cls", dict(type=nonnegative_float, default=0.5, help="weight of the token loss (EAGLE: 0.1)")),
+        ("--w-reg", dict(type=nonnegative_float, default=1.0,
+                         help="weight of the feature regression (EAGLE: 1; EAGLE-3 trains on the token loss alone: 0)")),
         ("--noise", dict(type=nonnegative_float, default=0.1, help="half-width of the uniform feature noise")),
         ("--unroll", dict(type=positive_int, default=2,
                           help="training steps of the head feeding on itself (step j weighs 0.5 ** j in the loss)")),
@@ -333,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
                                 time_limit_s=args.time_limit, max_steps=args.max_steps, world=world,
                                 checkpoints=checkpoints_from(args),
                                 autocast=None if args.autocast == "none" else torch.bfloat16,
-                                feature_layers=args.feature_layers)
+                                feature_layers=args.feature_layers, w_reg=args.w_reg)
         if not world.main:
             return
         surv_val = chain_acceptance(head, model, fs, val)

@@ -162,3 +162,20 @@ def test_the_bench_engine_runs_a_fused_head_losslessly():
     assert engine.target.hidden_layers is None
     spec = engine.run(prompt, drafter, GREEDY, 16, 3)
     assert engine.target.hidden_layers == LAYERS and spec.new_ids == plain.new_ids and spec.accepted > 0
+
+
+def test_token_loss_alone_trains_and_both_weights_zero_is_refused():
+    """``w_reg=0``: EAGLE-3's loss, no feature regression; the head still learns to draft."""
+    model = tiny_model()
+    fs = features_from_ids(model, prompts(12, seed=30), max_new_tokens=24, eos_id=0, batch_size=6)
+    fit, _ = validation_indices(fs, every=4)
+    vocab = fused_head(model).vocab
+    head, log = train_eagle(fs, model, fit, vocab=vocab, epochs=8, batch_sequences=3, lr=3e-3, unroll_steps=2,
+                            w_cls=1.0, w_reg=0.0, progress=False)
+    assert log["loss"][-1][1] < 0.7 * log["loss"][0][1]
+    assert chain_acceptance(head, model, fs, fit, gamma=3)[1] > 0.2
+    _, with_reg = train_eagle(fs, model, fit, vocab=vocab, epochs=8, batch_sequences=3, lr=3e-3, unroll_steps=2,
+                              w_cls=1.0, w_reg=1.0, max_steps=1, progress=False)
+    assert with_reg["loss"][0][1] > log["loss"][0][1]  # same seed, same first batch: the regression term is gone
+    with pytest.raises(ValueError, match="w_reg and w_cls"):
+        train_eagle(fs, model, fit, vocab=vocab, epochs=1, w_cls=0.0, w_reg=0.0, progress=False)
