@@ -427,8 +427,8 @@ plots.plot_curves([1, 2, 3, 4], {f"trained with {u} unroll step{'s' * (u > 1)}":
 # specbook's head built with `feature_layers` adds W_fuse [rms(h_low) ; rms(h_mid)]
 # to z_t at the true pairs, each state scaled to unit RMS (their scales differ
 # by layer); W_fuse starts at zero, so training starts from EAGLE's head. Since
-# the head's first map is linear, that is a linear map of [z_t ; h_low ; h_mid ;
-# e(x_t+1)]: EAGLE-3's wider input. Pairs the head feeds with its own guesses
+# the head's first map is linear, that is a linear map of [z_t ; rms(h_low) ;
+# rms(h_mid) ; e(x_t+1)]: EAGLE-3's wider input. Pairs the head feeds with its own guesses
 # have no earlier layers (the target never ran on them) and read its guess alone.
 # The training data need one more target pass over each reply
 # (`specbook.train.layer_features`, cached on disk for a real model), and a
