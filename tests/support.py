@@ -5,7 +5,8 @@
 * the statistical family: every chi-square test of *correct* code calls :func:`check_fit` at the
   Bonferroni level ``PER_TEST_ALPHA = FAMILY_ALPHA / FAMILY_BUDGET`` (level, block-law helpers and
   broken twins: :mod:`specbook.grading.twins`); ``conftest.py`` counts the tests (``USED``) and fails
-  the session over budget; broken twins must be *rejected* (:func:`check_rejects`);
+  the session over budget; broken twins must be *rejected* (:func:`check_rejects`); the exact law of
+  a model's first two sampled tokens (:func:`exact_two_token_law`);
 * ``WrappedTarget``: a target that hands every call to the model it wraps, for tests that count or
   corrupt one call;
 * ``md_tables``: markdown tables read back into cells, for tests of rendered reports;
@@ -72,6 +73,20 @@ def check_rejects(name: str, law: dict, observed: list) -> float:
     p = fit_pvalue(law, observed)
     assert p <= PER_TEST_ALPHA, f"broken twin {name!r} was NOT caught: p = {p:.3g} > {PER_TEST_ALPHA:g}"
     return p
+
+
+def exact_two_token_law(model, prompt: list[int], params) -> dict:
+    """{(x1, x2): P(the target emits x1 then x2 after prompt)}, computed exactly from ``model``."""
+    import torch
+
+    from specbook.sampling import logits_to_probs
+
+    V = model.config.vocab_size
+    with torch.no_grad():
+        p1 = logits_to_probs(model(torch.tensor([prompt]))[0, -1].double(), params)
+        rows = torch.tensor([prompt + [x] for x in range(V)])
+        p2 = logits_to_probs(model(rows)[:, -1].double(), params)  # (V, V)
+    return {(a, b): float(p1[a] * p2[a, b]) for a in range(V) for b in range(V) if p1[a] * p2[a, b] > 0}
 
 
 # ----------------------------------------------------------------------------- a pass-through target

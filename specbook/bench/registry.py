@@ -21,6 +21,7 @@ from ..drafters import NGramDrafter
 from ..drafters.adaptive import AdaptiveGamma, GammaPolicy
 from ..drafters.eagle import DynamicTree, EagleDrafter
 from ..drafters.layer_skip import DEFAULT_EXIT_LAYER, LayerSkipDrafter
+from ..drafters.lookup_first import LookupFirst
 from ..drafters.lowbit import lowbit_drafter
 from ..drafters.medusa import MedusaDrafter
 from ..drafters.small_model import distilled_drafter
@@ -174,6 +175,11 @@ register_drafter("eagle", lambda model, tokenizer=None, *, tree=3, **_: make_eag
                  description=f"EAGLE feature head, EAGLE-2 dynamic tree of {', '.join(map(str, EAGLE_TREES))} "
                  "nodes sized by this machine's verify cost (default 3 nodes, depth 2); the head in the machine's "
                  "fastest dtype (bfloat16 where native)",
+                 sizing="tree", budgets=tuple(EAGLE_TREES))
+register_drafter("lookup-eagle", lambda model, tokenizer=None, *, tree=3, **_: LookupFirst(
+                     make_eagle(model, tree=EAGLE_TREES[tree], fast_dtype=True)),
+                 description="prompt lookup where the context's last 2+ tokens occur earlier in it, else the EAGLE "
+                 "drafter as `eagle` (its tree sized the same way; a lookup drafts at most the tree's nodes)",
                  sizing="tree", budgets=tuple(EAGLE_TREES))
 register_drafter("eagle-chain", lambda model, tokenizer=None, **_: make_eagle(model, tree=None),
                  description="the EAGLE head as a chain of gamma drafts")

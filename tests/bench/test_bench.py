@@ -146,6 +146,12 @@ def test_the_benchmarks_eagle_head_runs_in_the_machines_fastest_dtype(fastest, m
     for name, dtype in (("eagle", fastest), ("eagle-chain", torch.float32)):
         drafter = get_drafter(name).make(model, None, gamma=4, device="meta", dtype=torch.float32)
         assert drafter.head.fc.weight.dtype == drafter._lm.weight.dtype == dtype, name
+    # "lookup-eagle": the same sized EAGLE drafter behind prompt lookup, its tree the budget asked for
+    spec = get_drafter("lookup-eagle")
+    assert spec.sizing == "tree" and spec.budgets == get_drafter("eagle").budgets
+    hybrid = spec.make(model, None, gamma=16, device="meta", dtype=torch.float32, tree=6)
+    assert hybrid.fallback.head.fc.weight.dtype == fastest
+    assert hybrid.tree == registry.EAGLE_TREES[6] == hybrid.fallback.tree
 
 
 def record(engine, drafter, pid, seconds, sha, category="c", passes=10, emitted=10, proposed=0, accepted=0):

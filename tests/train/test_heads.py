@@ -43,7 +43,7 @@ from specbook.train.features import features_from_ids, validation_indices
 from specbook.train.heads_data import all_prompts, overlaps, training_mix
 from specbook.train.prompts import Prompt, is_heldout
 from specbook.train.medusa import best_choices, head_ranks, tokens_per_pass, train_medusa
-from support import check_fit, check_rejects
+from support import check_fit, check_rejects, exact_two_token_law
 
 MIN_MARGIN = 1e-3
 REPO = Path(__file__).resolve().parents[2]
@@ -236,17 +236,6 @@ def test_greedy_speculative_equals_greedy_autoregressive_tiny(kind):
 
 
 # ------------------------------------------------------------------ the law of sampled tokens
-
-def exact_two_token_law(model, prompt: list[int], params: SamplingParams) -> dict:
-    from specbook.sampling import logits_to_probs
-
-    V = model.config.vocab_size
-    with torch.no_grad():
-        p1 = logits_to_probs(model(torch.tensor([prompt]))[0, -1].double(), params)
-        rows = torch.tensor([prompt + [x] for x in range(V)])
-        p2 = logits_to_probs(model(rows)[:, -1].double(), params)  # (V, V)
-    return {(a, b): float(p1[a] * p2[a, b]) for a in range(V) for b in range(V) if p1[a] * p2[a, b] > 0}
-
 
 def sample_two_tokens(model, drafter, prompt, params, n: int, seed: int) -> list[tuple[int, int]]:
     target, g = LlamaTarget(model, max_length=32), torch.Generator().manual_seed(seed)
