@@ -28,9 +28,10 @@ class LookupFirst:
     """``lookup`` (prompt lookup, up to 3-token suffixes) when every row's suffix match is at least
     ``min_match`` tokens, else ``fallback`` (any drafter: a chain or a tree).
 
-    A lookup draft holds at most ``gamma`` tokens and, when the fallback drafts trees, at most its tree's
-    node budget: the verify pass is then never wider than the fallback's own.  The batch goes one way
-    or the other as a whole.  ``lookups`` and ``fallbacks`` count the drafts each made."""
+    A lookup draft is as long as the fallback's widest draft: ``gamma`` tokens behind a chain, the tree's
+    node budget behind a tree (which, like the tree, ignores ``gamma``), so a pass is never wider than
+    the fallback's own and the sizing that chose the tree prices both.  The batch goes one way or the
+    other as a whole.  ``lookups`` and ``fallbacks`` count the drafts each made."""
 
     def __init__(self, fallback, min_match: int = 2, lookup: NGramDrafter | None = None):
         if not isinstance(min_match, int) or isinstance(min_match, bool) or min_match < 1:
@@ -61,7 +62,7 @@ class LookupFirst:
 
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
-        longest = gamma if self.tree is None else min(gamma, _nodes(self.tree))
+        longest = gamma if self.tree is None else _nodes(self.tree)
         if longest > 0:
             draft = self.lookup.propose(contexts, longest, params, generator)
             if min(self.lookup.match_lengths) >= self.min_match:

@@ -45,11 +45,15 @@ def test_greedy_output_equals_plain_decoding_and_both_drafters_speak(tree):
     assert drafter.lookups > 0 and drafter.fallbacks > 0, (drafter.lookups, drafter.fallbacks)
 
 
-def test_a_lookup_draft_is_never_wider_than_the_fallback_tree():
+def test_a_lookup_draft_is_as_wide_as_the_fallbacks_widest():
     model = tiny_model()
-    drafter = LookupFirst(EagleDrafter(tiny_eagle(model), model, tree=DynamicTree(depth=2, top_k=2, num_nodes=3)))
-    draft = drafter.propose([torch.tensor([1, 2, 3, 4, 5, 1, 2])], 16, GREEDY)  # "1 2" matched: lookup
-    assert drafter.lookups == 1 and draft.parents is None and draft.num_tokens == 3
+    context = [torch.tensor([1, 2, 3, 4, 5, 6, 1, 2])]  # "1 2" occurred before: the lookup drafts "3 4 5 ..."
+    tree = LookupFirst(EagleDrafter(tiny_eagle(model), model, tree=DynamicTree(depth=2, top_k=2, num_nodes=3)))
+    for gamma in (1, 16):  # behind a tree: the tree's node budget, whatever gamma
+        assert tree.propose(context, gamma, GREEDY).tokens.tolist() == [[3, 4, 5]]
+    chain = LookupFirst(EagleDrafter(tiny_eagle(model), model))
+    assert chain.propose(context, 2, GREEDY).tokens.tolist() == [[3, 4]]  # behind a chain: gamma
+    assert tree.lookups == 2 and chain.lookups == 1 and tree.fallbacks == chain.fallbacks == 0
 
 
 class MixedUp(LookupFirst):
