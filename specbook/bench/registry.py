@@ -179,7 +179,8 @@ register_drafter("eagle", lambda model, tokenizer=None, *, tree=3, **_: make_eag
 register_drafter("lookup-eagle", lambda model, tokenizer=None, *, tree=3, **_: LookupFirst(
                      make_eagle(model, tree=EAGLE_TREES[tree], fast_dtype=True)),
                  description="prompt lookup where the context's last 2+ tokens occur earlier in it, else the EAGLE "
-                 "drafter as `eagle` (its tree sized the same way; a lookup drafts at most the tree's nodes)",
+                 "drafter as `eagle` (its tree sized the same way; a lookup drafts as many tokens as the tree has "
+                 "nodes)",
                  sizing="tree", budgets=tuple(EAGLE_TREES))
 register_drafter("eagle-chain", lambda model, tokenizer=None, **_: make_eagle(model, tree=None),
                  description="the EAGLE head as a chain of gamma drafts")

@@ -10,8 +10,8 @@ from .small_model import DraftConfig, ReducedHead, distilled_drafter, load_draft
 
 __all__ = [
     "AdaptiveGamma", "GammaPolicy", "DraftModelDrafter", "EarlyExitModel", "LayerSkipDrafter",
-    "exit_layer_agreement", "LookupFirst", "QuantLinear", "lowbit_copy", "lowbit_drafter", "NGramDrafter", "DraftConfig",
-    "ReducedHead", "distilled_drafter", "load_draft",
+    "exit_layer_agreement", "LookupFirst", "QuantLinear", "lowbit_copy", "lowbit_drafter", "NGramDrafter",
+    "DraftConfig", "ReducedHead", "distilled_drafter", "load_draft",
 ]
 
 __getattr__, __dir__ = _lazy_submodules(globals())  # every submodule resolves on first use

@@ -5,8 +5,8 @@ Shape legend: B rows, K drafted tokens.
 Prompt lookup (:mod:`specbook.drafters.ngram`) costs nothing and, where a reply copies its prompt
 (code edits, summaries, answers quoting a document), drafts long runs that the target accepts; where
 nothing matches, it drafts padding.  A model drafter (EAGLE's head, a draft model) guesses 1.5-2.5
-tokens a pass anywhere, at a price.  :class:`LookupFirst` asks the lookup first and falls back to the
-model only when the context's last ``min_match`` or more tokens occur earlier in it: the idea of
+tokens a pass anywhere, at a price.  :class:`LookupFirst` drafts with the lookup when the context's
+last ``min_match`` (or more) tokens occur earlier in it, and with the model otherwise: the idea of
 SAM-Decoding (Hu et al. 2024), which pairs a suffix automaton with EAGLE's head.
 
 Either way the draft is only a proposal: the target's verification decides what is emitted, so the

@@ -3,7 +3,7 @@
 On tiny random Llamas (about a second each): greedy output equals plain decoding with an EAGLE tree
 and an EAGLE chain behind the lookup, both drafters having spoken; the first two sampled tokens
 follow the target's exact law (chi-square) and a broken twin that hands the verifier the model's q
-for the lookup's tokens is caught; the lookup never drafts wider than the fallback's tree.
+for the lookup's tokens is caught; a lookup draft is as wide as the fallback's widest draft.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.protocols import Draft
 from specbook.sampling import GREEDY, SamplingParams
 from support import check_fit, check_rejects, exact_two_token_law, refuses
+
 
 def tiny_model(std: float = 0.35) -> LlamaModel:
     cfg = LlamaConfig(vocab_size=12, dim=32, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=64,
