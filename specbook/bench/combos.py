@@ -17,7 +17,7 @@ def draft_width(drafter, gamma: int) -> int:
     tree = getattr(drafter, "tree", None)
     if tree is None:
         return gamma
-    return tree.num_nodes if hasattr(tree, "num_nodes") else len(tree.parents)  # EAGLE's dynamic, Medusa's fixed
+    return tree.num_nodes  # EAGLE's DynamicTree and Medusa's ChoiceTree both name their node count
 
 
 def engine_combos(args, engines, drafters, sb, model, tokenizer, dtype, gamma_of, tree_of, compiled=None):

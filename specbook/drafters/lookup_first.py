@@ -62,7 +62,7 @@ class LookupFirst:
 
     def propose(self, contexts: list[torch.Tensor], gamma: int, params: SamplingParams,
                 generator: torch.Generator | None = None) -> Draft:
-        longest = gamma if self.tree is None else _nodes(self.tree)
+        longest = gamma if self.tree is None else self.tree.num_nodes  # a DynamicTree's or a ChoiceTree's
         if longest > 0:
             draft = self.lookup.propose(contexts, longest, params, generator)
             if min(self.lookup.match_lengths) >= self.min_match:
@@ -70,8 +70,3 @@ class LookupFirst:
                 return draft  # (B, K) tokens copied from the context, probs None: deterministic
         self.fallbacks += 1
         return self.fallback.propose(contexts, gamma, params, generator)
-
-
-def _nodes(tree) -> int:
-    """A tree's node budget: EAGLE's dynamic trees name it, Medusa's fixed ones list a parent per node."""
-    return tree.num_nodes if hasattr(tree, "num_nodes") else len(tree.parents)
