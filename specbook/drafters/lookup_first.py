@@ -40,8 +40,12 @@ class LookupFirst:
             raise TypeError(f"fallback must be a drafter (with propose), got {type(fallback).__name__}")
         self.fallback, self.min_match = fallback, min_match
         self.lookup = lookup if lookup is not None else NGramDrafter(max_ngram=max(3, min_match))
-        self.tree = getattr(fallback, "tree", None)  # the widest draft is the fallback's (bench.combos reads it)
         self.lookups = self.fallbacks = 0
+
+    @property
+    def tree(self):
+        """The fallback's tree (None: a chain); its widest draft is the widest either makes (bench.combos reads it)."""
+        return getattr(self.fallback, "tree", None)
 
     @property
     def passes(self) -> int:
