@@ -6,7 +6,8 @@
   Bonferroni level ``PER_TEST_ALPHA = FAMILY_ALPHA / FAMILY_BUDGET`` (level, block-law helpers and
   broken twins: :mod:`specbook.grading.twins`); ``conftest.py`` counts the tests (``USED``) and fails
   the session over budget; broken twins must be *rejected* (:func:`check_rejects`); the exact law of
-  a model's first two sampled tokens (:func:`exact_two_token_law`);
+  a model's first two sampled tokens (:func:`exact_two_token_law`) and draws of them
+  (:func:`sample_two_tokens`);
 * ``WrappedTarget``: a target that hands every call to the model it wraps, for tests that count or
   corrupt one call;
 * ``md_tables``: markdown tables read back into cells, for tests of rendered reports;
@@ -87,6 +88,22 @@ def exact_two_token_law(model, prompt: list[int], params) -> dict:
         rows = torch.tensor([prompt + [x] for x in range(V)])
         p2 = logits_to_probs(model(rows)[:, -1].double(), params)  # (V, V)
     return {(a, b): float(p1[a] * p2[a, b]) for a in range(V) for b in range(V) if p1[a] * p2[a, b] > 0}
+
+
+def sample_two_tokens(model, drafter, prompt: list[int], params, n: int, seed: int) -> list[tuple[int, int]]:
+    """``n`` draws (a multiple of 200) of the first two tokens speculative decoding with ``drafter`` emits
+    after ``prompt``, in batches of 200 identical rows, gamma 3."""
+    import torch
+
+    from specbook.decode import speculative_generate
+    from specbook.models import LlamaTarget
+
+    target, g, out = LlamaTarget(model, max_length=32), torch.Generator().manual_seed(seed), []
+    for _ in range(n // 200):
+        res = speculative_generate(target, drafter, torch.tensor([prompt] * 200), 2, params=params, gamma=3,
+                                   generator=g)
+        out.extend(tuple(r) for r in res.new_tokens.tolist())
+    return out
 
 
 # ----------------------------------------------------------------------------- a pass-through target

@@ -16,7 +16,7 @@ from specbook.drafters.lookup_first import LookupFirst
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.protocols import Draft
 from specbook.sampling import GREEDY, SamplingParams
-from support import check_fit, check_rejects, exact_two_token_law, refuses
+from support import check_fit, check_rejects, exact_two_token_law, refuses, sample_two_tokens
 
 
 def tiny_model(std: float = 0.35) -> LlamaModel:
@@ -70,22 +70,13 @@ class MixedUp(LookupFirst):
         return Draft(looked.tokens[:, :k], model_draft.probs[:, :k])
 
 
-def _sample_two(model, drafter, prompt, params, n: int, seed: int) -> list[tuple[int, int]]:
-    target, g, out = LlamaTarget(model, max_length=32), torch.Generator().manual_seed(seed), []
-    for _ in range(n // 200):
-        res = speculative_generate(target, drafter, torch.tensor([prompt] * 200), 2, params=params, gamma=3,
-                                   generator=g)
-        out.extend(tuple(r) for r in res.new_tokens.tolist())
-    return out
-
-
 PROMPT = [3, 1, 4, 3, 1]  # "3 1" occurs earlier: the first draft is the lookup's "4 3 1"
 
 
 def test_first_two_sampled_tokens_follow_the_targets_exact_law():
     model, params = tiny_model(std=0.5), SamplingParams(temperature=0.8)
     drafter = LookupFirst(EagleDrafter(tiny_eagle(model), model))
-    observed = _sample_two(model, drafter, PROMPT, params, 2000, seed=40)
+    observed = sample_two_tokens(model, drafter, PROMPT, params, 2000, seed=40)
     assert drafter.lookups > 0 and drafter.fallbacks > 0
     check_fit("lookup-first two-token law", exact_two_token_law(model, PROMPT, params), observed)
 
@@ -93,7 +84,7 @@ def test_first_two_sampled_tokens_follow_the_targets_exact_law():
 def test_broken_twin_with_the_models_q_on_the_lookups_tokens_is_caught():
     model, params = tiny_model(std=0.5), SamplingParams(temperature=0.8)
     twin = MixedUp(EagleDrafter(tiny_eagle(model), model))
-    observed = _sample_two(model, twin, PROMPT, params, 2000, seed=41)
+    observed = sample_two_tokens(model, twin, PROMPT, params, 2000, seed=41)
     check_rejects("lookup tokens verified with the model's q", exact_two_token_law(model, PROMPT, params), observed)
 
 

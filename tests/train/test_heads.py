@@ -43,7 +43,7 @@ from specbook.train.features import features_from_ids, validation_indices
 from specbook.train.heads_data import all_prompts, overlaps, training_mix
 from specbook.train.prompts import Prompt, is_heldout
 from specbook.train.medusa import best_choices, head_ranks, tokens_per_pass, train_medusa
-from support import check_fit, check_rejects, exact_two_token_law
+from support import check_fit, check_rejects, exact_two_token_law, sample_two_tokens
 
 MIN_MARGIN = 1e-3
 REPO = Path(__file__).resolve().parents[2]
@@ -236,15 +236,6 @@ def test_greedy_speculative_equals_greedy_autoregressive_tiny(kind):
 
 
 # ------------------------------------------------------------------ the law of sampled tokens
-
-def sample_two_tokens(model, drafter, prompt, params, n: int, seed: int) -> list[tuple[int, int]]:
-    target, g = LlamaTarget(model, max_length=32), torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n // 200):
-        res = speculative_generate(target, drafter, torch.tensor([prompt] * 200), 2, params=params, gamma=3, generator=g)
-        out.extend(tuple(r) for r in res.new_tokens.tolist())
-    return out
-
 
 class WrongQ(EagleDrafter):
     """Broken twin: samples from q but reports a flattened q (sqrt, renormalised) to the verifier,
