@@ -45,7 +45,7 @@ JSON layout (``--json``)::
                "acceptance_per_position_unconditional", "accepted_length_histogram",
                "speedup_vs_autoregressive", "roofline_fraction", "roofline_fraction_sum_read",
                "weight_streaming_limit_tokens_per_s",
-               "outputs_identical_to_autoregressive", "differences_are_near_ties",
+               "outputs_identical_to_autoregressive", "differences_are_near_ties", "lookup_share",
                "output_ids_sha256": [...]}, ...],
      "overall": [...same fields over all categories...],
      "engine_ratio": {...}, "engine_ratios": [{"engine", "drafter", "specbook_over_engine_tokens_per_s_median", ...}],
@@ -67,6 +67,8 @@ batch 1, median of repeats: :func:`specbook.bench.timing.matvec_read_bandwidth`)
 ``roofline_fraction_sum_read`` the same over the faster rate of summing a large float32 buffer
 (:func:`specbook.bench.timing.memory_read_bandwidth`); ``alpha`` = accepted / verified drafts
 (docs/glossary.md; None where nothing was verified or the per-depth counters are unknown);
+``lookup_share`` = the share of a two-way drafter's drafts (:class:`specbook.drafters.LookupFirst`) that
+prompt lookup made rather than its fallback, over the run's prompts (None for other drafters);
 ``output_ids_sha256`` = SHA-256
 of the generated ids written as comma-separated decimals (``"12,7,512"``), per prompt.
 Greedy runs whose output differs from plain decoding get a ``divergence`` entry in
@@ -299,6 +301,7 @@ def run_bench(args) -> dict:
         shift = i % len(combos)
         for engine, d, obj, verifier in combos[shift:] + combos[:shift]:
             gamma, tree = gamma_of(d, engine.name), tree_of(d, engine.name)
+            split = _draft_split(obj)
             res: RunResult = engine.run(ids, obj, params, args.max_new_tokens, gamma, _gen(args, i), eos,
                                         verifier=verifier or "token")
             records.append({"engine": engine.name, "drafter": d, "verifier": verifier, "verified_by": res.verified_by,
@@ -307,7 +310,7 @@ def run_bench(args) -> dict:
                             "tree_budget": tree, "prompt_tokens": len(ids), "new_tokens": len(res.new_ids),
                             "seconds": res.seconds, "passes": res.passes, "emitted": res.emitted,
                             "proposed": res.proposed, "accepted": res.accepted, **res.counters(),
-                            "sha256": ids_sha256(res.new_ids)})
+                            **_split_since(obj, split), "sha256": ids_sha256(res.new_ids)})
             outputs[(engine.name, d, verifier, prompt.id)] = res.new_ids
             bar.update(1)
     bar.close()
@@ -343,6 +346,21 @@ def _gen(args, i: int) -> torch.Generator | None:
     if args.temperature == 0:
         return None
     return torch.Generator(device=args.device).manual_seed(args.seed * 100_003 + i)
+
+
+def _draft_split(drafter) -> tuple[int, int] | None:
+    """How many drafts a two-way drafter (prompt lookup, else a model: LookupFirst) has made each way so far."""
+    if hasattr(drafter, "lookups") and hasattr(drafter, "fallbacks"):
+        return drafter.lookups, drafter.fallbacks
+    return None
+
+
+def _split_since(drafter, before: tuple[int, int] | None) -> dict:
+    """The drafts each way since ``before`` (one prompt's), as record fields; none for other drafters."""
+    if before is None:
+        return {}
+    lookups, fallbacks = _draft_split(drafter)
+    return {"lookup_drafts": lookups - before[0], "fallback_drafts": fallbacks - before[1]}
 
 
 def replot(args) -> int:

@@ -107,7 +107,7 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
                 "roofline_fraction_sum_read": _round(_median(r.get("roofline_fraction_sum_read") for r in group)),
                 "weight_streaming_limit_tokens_per_s": _round(_median(r["limit_tokens_per_s"] for r in group), 2),
                 "outputs_identical_to_autoregressive": identical,
-                "differences_are_near_ties": ties,
+                "differences_are_near_ties": ties, "lookup_share": _lookup_share(group),
                 "output_ids_sha256": [r["sha256"] for r in group]}
 
     groups: dict[tuple, list[dict]] = {}
@@ -116,6 +116,15 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
         groups.setdefault((r["engine"], r["drafter"], r.get("verifier"), r["category"]), []).append(r)
         overall.setdefault((r["engine"], r["drafter"], r.get("verifier")), []).append(r)
     return ([row(g, key[3]) for key, g in groups.items()], [row(g, "all") for g in overall.values()])
+
+
+def _lookup_share(group: list[dict]) -> float | None:
+    """The share of a two-way drafter's drafts that prompt lookup made (None for other drafters)."""
+    if any("lookup_drafts" not in r for r in group):
+        return None
+    lookups = sum(r["lookup_drafts"] for r in group)
+    total = lookups + sum(r["fallback_drafts"] for r in group)
+    return round(lookups / total, 4) if total else None
 
 
 def _same(values):

@@ -191,6 +191,25 @@ def test_aggregate_medians_ratios_and_identity():
     assert "ngram" in table and "1.25" in table
 
 
+def test_lookup_share_sums_a_two_way_drafters_counts_over_prompts():
+    from specbook.bench.cli import _draft_split, _split_since
+
+    class TwoWay:
+        lookups, fallbacks = 5, 2
+
+    drafter = TwoWay()
+    before = _draft_split(drafter)
+    drafter.lookups, drafter.fallbacks = 8, 3  # one prompt: 3 lookups, 1 fallback
+    assert _split_since(drafter, before) == {"lookup_drafts": 3, "fallback_drafts": 1}
+    assert _draft_split(object()) is None and _split_since(object(), None) == {}
+    two_way = [{**record("specbook", "lookup-eagle", "p1", 1.0, "x"), "lookup_drafts": 3, "fallback_drafts": 1},
+               {**record("specbook", "lookup-eagle", "p2", 1.0, "x"), "lookup_drafts": 0, "fallback_drafts": 4}]
+    plain = [record("specbook", "none", p, 2.0, "x") for p in ("p1", "p2")]
+    runs, _ = bench.aggregate(plain + two_way, greedy=True)
+    by = {r["drafter"]: r for r in runs}
+    assert by["lookup-eagle"]["lookup_share"] == 0.375 and by["none"]["lookup_share"] is None  # 3 of 8 drafts
+
+
 def test_cli_rejects_bad_names(capsys):
     assert bench.main(["--drafters", "ngram,nope"]) == 2
     assert "unknown drafter 'nope'" in capsys.readouterr().err
@@ -577,6 +596,7 @@ def test_bench_runs_every_registered_drafter_losslessly(tmp_path, smollm2_fetche
     assert set(runs) == set(DRAFTERS)
     for name, r in runs.items():
         assert r["new_tokens"] == 12 and r["outputs_identical_to_autoregressive"] is True, r
+        assert (r["lookup_share"] is not None) == (name == "lookup-eagle"), r
 
 
 # ---------------------------------------------------------------- gpu-check
