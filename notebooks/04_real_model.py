@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3 (ipykernel)
 #     language: python
@@ -580,7 +580,7 @@ fig = plots.new_figure(7.0, 3.4)
 ax = fig.subplots()
 width = 0.8 / len(drafters)
 for i, name in enumerate(drafters):
-    ax.bar(np.arange(len(side_cats)) + (i - 1) * width, [side_cat[(name, c_)]["realized"] for c_ in side_cats],
+    ax.bar(np.arange(len(side_cats)) + (i - (len(drafters) - 1) / 2) * width, [side_cat[(name, c_)]["realized"] for c_ in side_cats],
            width, label=name)
 ax.axhline(1.0, color="grey", lw=1, ls="--")
 ax.set_xticks(np.arange(len(side_cats)), side_cats, rotation=20)
@@ -633,6 +633,69 @@ fig
 #
 # `python -m specbook bench` runs the same measurement over more prompts,
 # side by side with transformers' own `generate`, and writes a JSON report.
+
+# %% [markdown]
+# ## Two drafters, each where it wins
+#
+# The bars above ask an obvious question: why choose? Prompt lookup is free
+# but helps only where the reply copies its prompt; the draft model helps
+# anywhere, at a price per step. `LookupFirst`
+# (`specbook/drafters/lookup_first.py`, 80 lines) asks the lookup first: when
+# the context's last two tokens (or more) occurred earlier in it, the step
+# drafts the copy; otherwise it hands the step to the model drafter. That is
+# the idea of SAM-Decoding (Hu et al., 2024), which pairs a suffix automaton
+# with EAGLE's head.
+#
+# Which drafter spoke changes only the proposal. The target verifies both the
+# same way, so the output is still exactly the target's: here greedy equals
+# plain decoding, and `tests/drafters/test_lookup_first.py` checks the sampled
+# law with a chi-square test. The lookup's tokens carry no q (they were not
+# sampled), the model's carry its own q. Its broken twin, which verifies the
+# lookup's tokens against the model's q, is caught there.
+#
+# Below, the pair with the distilled draft model behind the lookup, on the same
+# prompts, next to its two parts; "lookup share" is the fraction of steps the
+# lookup drafted. The benchmark pairs the lookup with EAGLE's head instead
+# (`lookup-eagle`; docs/bench.md, "Prompt lookup first, EAGLE elsewhere").
+
+# %%
+from specbook.drafters import LookupFirst
+
+pair = LookupFirst(get_drafter("draft").make(model, tokenizer, gamma=GAMMA, device="cpu", dtype=torch.float32,
+                                             target=target))
+warm_up(pair)
+t0 = time.perf_counter()
+pair_records, pair_share = [], {}
+for p, prompt_ids, run in tqdm(side_prompts, desc="lookup, else draft", disable=FAST):
+    before = (pair.lookups, pair.fallbacks)
+    pair_records.append({"category": p.category, **measure(prompt_ids, pair, run)})
+    looked, fell = pair.lookups - before[0], pair.fallbacks - before[1]
+    pair_share.setdefault(p.category, []).append((looked, fell))
+
+
+def realized(recs: list[dict], cat: str) -> float:
+    return statistics.median(r["plain_seconds"] / r["spec_seconds"] for r in recs if r["category"] == cat)
+
+
+rows = ""
+for cat in side_cats:
+    looked = sum(a for a, _ in pair_share[cat])
+    share = looked / max(1, looked + sum(b for _, b in pair_share[cat]))
+    rows += (f"<tr><td>{cat}</td><td>{realized(records['ngram'], cat):.2f}×</td>"
+             f"<td>{realized(records['draft'], cat):.2f}×</td><td><b>{realized(pair_records, cat):.2f}×</b></td>"
+             f"<td>{share:.0%}</td></tr>")
+display(HTML("<table><tr><th>category</th><th>ngram</th><th>draft</th><th>lookup, else draft</th>"
+             f"<th>lookup share</th></tr>{rows}</table>"))
+print(f"{len(side_prompts)} prompts in {took(t0)}; realized speedup over plain decoding (median over prompts); "
+      f"greedy output equal to plain on every prompt: {all(r['same_as_plain'] for r in pair_records)}")
+
+# %% [markdown]
+# Where the reply copies (code edits, summaries, answers quoting a
+# document), the pair runs like prompt lookup; where it does not (chat), like
+# the draft model, minus the lookup's rare wrong guesses. The pair can still
+# lose to one of its parts on a category: a two-token match is a weak signal,
+# and a lookup that fires on a common phrase drafts a copy that the target
+# rejects where the model would have guessed right.
 
 # %% [markdown]
 # ## Exercises
@@ -797,7 +860,10 @@ assert depth_accepted.sum() == sum(r["spec"].stats.accepted for r in runs)
 # 4. Both verify-cost curves are relative to n = 1 and cover the timed sizes.
 for cv in curves.values():
     assert cv["n"] == CURVE_SIZES and cv["v"][0] == 1.0 and all(x > 0 for x in cv["v"])
-# 5. Every drafter side by side is lossless too; the draft model cannot accept a token it cannot propose.
+# 5. Every drafter side by side is lossless too (the pair of two as well); the draft model cannot accept a
+#    token it cannot propose.
+assert all(r["same_as_plain"] for r in pair_records)
+assert sum(a + b for shares in pair_share.values() for a, b in shares) > 0
 for name, recs in records.items():
     assert all(r["same_as_plain"] for r in recs), name
     assert side[name]["c"] >= 0 and side[name]["tau"] >= 1.0, name
