@@ -3,7 +3,7 @@
     python scripts/compiled_overheads.py                          # bfloat16 where native, one token a pass
     python scripts/compiled_overheads.py --dtype float32 --width 5 --json overheads.json
 
-Builds four :class:`~specbook.models.compiled.CompiledTarget` of the same model:
+Builds five :class:`~specbook.models.compiled.CompiledTarget` of the same model:
 
 * "every slot": attention over every cache slot (``span_block=None``, the graph's shapes all
   static), through torch's fused kernel (``attention="fused"``), the graph called from Python;
@@ -11,10 +11,12 @@ Builds four :class:`~specbook.models.compiled.CompiledTarget` of the same model:
   default), otherwise the same;
 * "span, C++ call": the graph called from inductor's generated C++ wrapper (``cpp_wrapper=True``);
 * "span, products": attention as two matrix products compiled with the rest of the pass
-  (``attention="products"``, the default for float32 weights),
+  (``attention="products"``, the default for float32 weights in passes wider than 5 tokens),
+* "span, loops": attention as products and sums that inductor writes as its own loops
+  (``attention="loops"``, the default for passes of up to 5 tokens),
 
 compiles each at ``--width`` (mode "max-autotune": about a minute each), then times passes of
-``--width`` chained tokens after each of ``--contexts`` cached tokens: the four targets take
+``--width`` chained tokens after each of ``--contexts`` cached tokens: the five targets take
 turns, ``--steps`` passes each (every pass rolled back, so each sees the same cache), for
 ``--rounds`` rounds; a cell is the median of its ``rounds x steps`` passes.  The cache holds
 ``--max-length`` slots, as the benchmark's does for its longest prompt.  Figures depend on the
@@ -47,6 +49,7 @@ VARIANTS = {  # name: (span_block, cpp_wrapper, attention)
     "span": (SPAN_BLOCK, False, "fused"),
     "span, C++ call": (SPAN_BLOCK, True, "fused"),
     "span, products": (SPAN_BLOCK, False, "products"),
+    "span, loops": (SPAN_BLOCK, False, "loops"),
 }
 
 
@@ -81,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     dtype = resolve_dtype(args.dtype, "cpu")
     model, _ = load_smollm2("cpu", dtype)
     targets = {}
-    for name in progress_bar(VARIANTS, desc="compiling four targets (about a minute each)"):
+    for name in progress_bar(VARIANTS, desc="compiling five targets (about a minute each)"):
         span_block, cpp_wrapper, attention = VARIANTS[name]
         targets[name] = CompiledTarget(model, args.max_length, (args.width,), span_block=span_block,
                                        cpp_wrapper=cpp_wrapper, attention=attention)

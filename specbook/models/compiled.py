@@ -17,8 +17,9 @@ hides the slots not yet written, and a pass of N tokens runs in a graph of fixed
 each width compiles once (about a minute, then cached by torch for this process).
 Attention reads only the cache's first S slots, S the slots written so far rounded up to a
 multiple of :data:`SPAN_BLOCK`; S is the one size left dynamic in the graph, so a width still
-compiles once.  With float32 weights attention is two matrix products compiled with the rest of
-the pass rather than torch's fused kernel.  Measured side by side on a 2-core Xeon with AMX
+compiles once.  A pass of a few tokens attends in loops inductor writes itself (:func:`loop_attention`);
+a wider one with float32 weights by two matrix products compiled with the rest of the pass, else by
+torch's fused kernel.  Measured side by side on a 2-core Xeon with AMX
 (``scripts/compiled_overheads.py``), one float32 token after 60 cached tokens of a 600-slot
 cache: 28.6 ms over every slot, 26.1 ms over the span, 24.4 ms with the products as well;
 calling the graph from inductor's generated C++ wrapper instead of Python changed nothing
@@ -57,6 +58,38 @@ PRODUCTS = ("autotuned", "library", "timed")  # CompiledTarget(products=...): "t
 TIMING_CONTEXT, TIMING_ROUNDS, TIMING_PASSES = 128, 3, 3  # warm_up's timing: cached tokens, rounds, passes a round
 
 
+ATTENTION = ("auto", "fused", "products", "loops")  # CompiledTarget(attention=...): see attention_form
+LOOPS_MAX_WIDTH = 5  # "auto": passes of up to this many tokens attend by loop_attention, wider ones by a library kernel
+
+
+def attention_form(attention: str, width: int, dtype: torch.dtype) -> str:
+    """The attention a pass of ``width`` tokens runs: ``attention`` itself, or for "auto" :func:`loop_attention`
+    up to :data:`LOOPS_MAX_WIDTH` tokens (a decode step, a short chain) and a library kernel above: two matrix
+    products for float32 weights, torch's fused kernel otherwise.  Measured on a 2-core AMD EPYC (avx512_bf16),
+    bfloat16, ms per pass, fused / products / loops: 1 token after 128 cached 10.45 / 11.26 / 9.75, after 400
+    10.99 / 12.06 / 10.18; 5 tokens after 128 12.46 / 12.84 / 11.81; 17 tokens after 400 21.91 / 20.71 / 24.64
+    (the loops do the whole M x S x Dh work in plain vector code, which a wide pass makes large)."""
+    if attention != "auto":
+        return attention
+    if width <= LOOPS_MAX_WIDTH:
+        return "loops"
+    return "products" if dtype == torch.float32 else "fused"
+
+
+def loop_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """softmax(q k^T / sqrt(Dh)) v written as elementwise products and sums, in float32: q (1, Hkv, M, Dh), k and
+    v (1, Hkv, S, Dh), mask (1, 1, M, S) bool -> (1, Hkv, M, Dh) in q's dtype.
+
+    Run eagerly this would build a (1, Hkv, M, S, Dh) tensor; compiled, inductor fuses each product into the sum
+    that reads it and writes the whole attention as a few loops of its own C++, inside the pass.  A decode step's
+    attention is small (a few rows against a few hundred keys), so what a library kernel costs there is mostly its
+    call: on a 2-core AMD EPYC (avx512_bf16) these loops took a bfloat16 step from 10.45 to 9.75 ms, against
+    torch's fused kernel (``scripts/compiled_overheads.py``; docs/bench.md, "Attention as loops")."""
+    scores = (q.float()[:, :, :, None, :] * k.float()[:, :, None, :, :]).sum(-1) * (q.shape[-1] ** -0.5)  # (1,Hkv,M,S)
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
+    return (weights[..., None] * v.float()[:, :, None]).sum(-2).to(q.dtype)
+
+
 class CompiledPass(nn.Module):
     """W tokens through every layer, their keys and values written at ``slots`` of the cache.
 
@@ -68,10 +101,10 @@ class CompiledPass(nn.Module):
     residual stream after each of ``layers`` blocks (1, W, D), a tuple).
     A decode step is W = 1; a verify pass of a chain or a tree is W = its width (padded)."""
 
-    def __init__(self, model: LlamaModel, max_length: int, attention: str = "fused", layers: Sequence[int] = ()):
+    def __init__(self, model: LlamaModel, max_length: int, attention: str = "auto", layers: Sequence[int] = ()):
         super().__init__()
         self.model, self.layers = model, tuple(layers)
-        self.products = attention == "products"  # attention as two matrix products, else torch's fused kernel
+        self.attention = attention  # one of ATTENTION; "auto" is resolved per width (attention_form)
         w = model.embed.weight
         self.cos, self.sin = model._rope_tables(max_length, w.device, w.dtype)  # (P, Dh) each
 
@@ -84,6 +117,7 @@ class CompiledPass(nn.Module):
         m, c = self.model, self.model.config
         H, Hkv, Dh = c.n_heads, c.n_kv_heads, c.head_dim
         G, W = H // Hkv, tokens.shape[1]
+        form = attention_form(self.attention, W, m.embed.weight.dtype)  # W is fixed per graph: one form per width
         cos, sin = self.cos[positions][:, :, None], self.sin[positions][:, :, None]  # (1, W, 1, Dh)
         mask = visible.expand(1, G, W, visible.shape[-1]).reshape(1, 1, G * W, -1)  # row g*W + w: head g, token w
         x = m.embed(tokens)  # (1, W, D)
@@ -98,8 +132,10 @@ class CompiledPass(nn.Module):
             v = qkv[..., (H + Hkv) * Dh:].view(1, W, Hkv, Dh).transpose(1, 2)
             k_cache[i][:, :, slots] = k  # W slots of this layer's own tensor: written in place
             v_cache[i][:, :, slots] = v
-            if self.products:
-                y = matmul_attention(q, k_cache[i], v_cache[i], mask, False)  # (1, Hkv, G W, Dh)
+            if form == "loops":
+                y = loop_attention(q, k_cache[i], v_cache[i], mask)  # (1, Hkv, G W, Dh)
+            elif form == "products":
+                y = matmul_attention(q, k_cache[i], v_cache[i], mask, False)
             else:
                 y = F.scaled_dot_product_attention(q, k_cache[i], v_cache[i], attn_mask=mask)
             y = y.reshape(1, H, W, Dh).transpose(1, 2).reshape(1, W, H * Dh)
@@ -141,10 +177,12 @@ class CompiledTarget(LlamaTarget):
     slot, the span static); ``cpp_wrapper``: the graph called from a generated C++ function
     rather than Python (off: it bought nothing measurable); ``attention``: "fused" (torch's
     ``F.scaled_dot_product_attention``), "products" (:func:`~specbook.models.llama.matmul_attention`,
-    two matrix products that inductor compiles with the rest of the pass) or "auto" (products for
-    float32 weights, fused otherwise: on a 2-core Xeon with AMX the products took a float32 pass
-    from 26.1 to 24.4 ms and a bfloat16 one from 16.2 to 18.7).  All three stay switchable so
-    that ``scripts/compiled_overheads.py`` can time what each buys.  Weights are frozen into the
+    two matrix products that inductor compiles with the rest of the pass), "loops"
+    (:func:`loop_attention`, inductor's own loops) or "auto" (:func:`attention_form`: loops for
+    passes of up to 5 tokens, else products for float32 weights and fused otherwise; on a 2-core
+    Xeon with AMX the products took a float32 pass from 26.1 to 24.4 ms and a bfloat16 one from
+    16.2 to 18.7).  All stay switchable so that ``scripts/compiled_overheads.py`` can time what each
+    buys; :meth:`attention_at` says which a width runs.  Weights are frozen into the
     compiled code (inductor's ``freezing``, switched on around each call; passed as
     ``torch.compile(options=...)`` instead it did not take effect here: 48 ms a token instead
     of 22), so the model must not change after the first pass.  ``hidden_layers`` (as for
@@ -163,8 +201,8 @@ class CompiledTarget(LlamaTarget):
     def __init__(self, model: LlamaModel, max_length: int = 2048, widths: Sequence[int] = (1,),
                  autotune: bool = True, span_block: int | None = SPAN_BLOCK, cpp_wrapper: bool = False,
                  attention: str = "auto", products: str = "autotuned", hidden_layers: Sequence[int] | None = None):
-        if attention not in ("auto", "fused", "products"):
-            raise ValueError(f"attention must be 'auto', 'fused' or 'products', got {attention!r}")
+        if attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {', '.join(map(repr, ATTENTION))}, got {attention!r}")
         if products not in PRODUCTS:
             raise ValueError(f"products must be one of {', '.join(map(repr, PRODUCTS))}, got {products!r}")
         if span_block is not None and (isinstance(span_block, bool) or not isinstance(span_block, int)
@@ -172,8 +210,6 @@ class CompiledTarget(LlamaTarget):
             raise ValueError(f"span_block must be an int >= 2 or None, got {span_block!r}")
         super().__init__(model, max_length, hidden_layers)
         self.span_block, self.cpp_wrapper = span_block, cpp_wrapper
-        if attention == "auto":
-            attention = "products" if model.embed.weight.dtype == torch.float32 else "fused"
         self.attention = attention
         self.widths: tuple[int, ...] = ()
         for w in widths:
@@ -189,6 +225,10 @@ class CompiledTarget(LlamaTarget):
         self.products = products
         self.kernels_of: dict[int, str] = {}  # width -> the kernels its passes run, once "timed" chose them
         self.kernel_ms: dict[int, dict[str, float]] = {}  # width -> {kernels: median ms of a pass}, as timed
+
+    def attention_at(self, width: int) -> str:
+        """The attention form passes of ``width`` tokens run ("fused", "products" or "loops")."""
+        return attention_form(self.attention, width, self.dtype)
 
     def allow_width(self, width: int) -> None:
         """Run passes of up to ``width`` tokens compiled too (the graph compiles on its first pass,

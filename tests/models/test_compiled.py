@@ -230,15 +230,18 @@ def test_the_span_block_and_the_attention_form_are_checked(tiny_and_target):
             CompiledTarget(model, max_length=64, span_block=bad, autotune=False)
     with pytest.raises(ValueError, match="attention"):
         CompiledTarget(model, max_length=64, attention="flash", autotune=False)
-    assert CompiledTarget(model, max_length=64, autotune=False).attention == "products"  # float32 weights
-    half = LlamaModel(TINY).to(torch.bfloat16)
-    assert CompiledTarget(half, max_length=64, autotune=False).attention == "fused"
+    auto = CompiledTarget(model, max_length=64, autotune=False)  # "auto": loops for short passes, then by dtype
+    assert auto.attention == "auto" and auto.attention_at(1) == auto.attention_at(5) == "loops"
+    assert auto.attention_at(6) == "products"  # float32 weights
+    half = CompiledTarget(LlamaModel(TINY).to(torch.bfloat16), max_length=64, autotune=False)
+    assert half.attention_at(5) == "loops" and half.attention_at(17) == "fused"
+    assert CompiledTarget(model, max_length=64, autotune=False, attention="fused").attention_at(1) == "fused"
 
 
-@pytest.mark.parametrize("attention", ["fused", "products"])
-def test_both_attention_forms_score_as_the_eager_model(tiny_and_target, attention):
+@pytest.mark.parametrize("attention", ["fused", "products", "loops", "auto"])
+def test_every_attention_form_scores_as_the_eager_model(tiny_and_target, attention):
     model, _ = tiny_and_target
-    target = CompiledTarget(model, max_length=64, widths=(1, 4), autotune=False, attention=attention)
+    target = CompiledTarget(model, max_length=64, widths=(1, 4, 8), autotune=False, attention=attention)
     eager = LlamaTarget(model, max_length=64)
     prompt = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(7))
     for t in (target, eager):
@@ -247,6 +250,9 @@ def test_both_attention_forms_score_as_the_eager_model(tiny_and_target, attentio
     tokens = torch.tensor([[3, 5, 7]])
     torch.testing.assert_close(target(tokens), eager(tokens), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(target(tokens[:, :1]), eager(tokens[:, :1]), rtol=1e-4, atol=1e-4)
+    wide = torch.tensor([[11, 13, 17, 19, 23, 29, 31]])  # width 8: "auto" switches to a library kernel
+    torch.testing.assert_close(target(wide), eager(wide), rtol=1e-4, atol=1e-4)
+    assert target.compiled_passes == 3  # all three compiled (the prefill ran eagerly)
 
 
 def test_timed_products_compile_each_width_both_ways_and_keep_the_faster():
