@@ -580,8 +580,9 @@ fig = plots.new_figure(7.0, 3.4)
 ax = fig.subplots()
 width = 0.8 / len(drafters)
 for i, name in enumerate(drafters):
-    ax.bar(np.arange(len(side_cats)) + (i - (len(drafters) - 1) / 2) * width, [side_cat[(name, c_)]["realized"] for c_ in side_cats],
-           width, label=name)
+    offset = (i - (len(drafters) - 1) / 2) * width  # the bars of a category centred on its tick
+    ax.bar(np.arange(len(side_cats)) + offset, [side_cat[(name, c_)]["realized"] for c_ in side_cats], width,
+           label=name)
 ax.axhline(1.0, color="grey", lw=1, ls="--")
 ax.set_xticks(np.arange(len(side_cats)), side_cats, rotation=20)
 ax.set_ylabel("realized speedup (×)")
@@ -650,8 +651,8 @@ fig
 # same way, so the output is still exactly the target's: here greedy equals
 # plain decoding, and `tests/drafters/test_lookup_first.py` checks the sampled
 # law with a chi-square test. The lookup's tokens carry no q (they were not
-# sampled), the model's carry its own q. Its broken twin, which verifies the
-# lookup's tokens against the model's q, is caught there.
+# sampled), the model's carry its own q. The test's broken twin, which verifies
+# the lookup's tokens against the model's q, is caught there.
 #
 # Below, the pair with the distilled draft model behind the lookup, on the same
 # prompts, next to its two parts; "lookup share" is the fraction of steps the
@@ -671,18 +672,13 @@ for p, prompt_ids, run in tqdm(side_prompts, desc="lookup, else draft", disable=
     pair_records.append({"category": p.category, **measure(prompt_ids, pair, run)})
     looked, fell = pair.lookups - before[0], pair.fallbacks - before[1]
     pair_share.setdefault(p.category, []).append((looked, fell))
-
-
-def realized(recs: list[dict], cat: str) -> float:
-    return statistics.median(r["plain_seconds"] / r["spec_seconds"] for r in recs if r["category"] == cat)
-
-
+pair_cat = {cat: predict([r for r in pair_records if r["category"] == cat], v_dense) for cat in side_cats}
 rows = ""
 for cat in side_cats:
     looked = sum(a for a, _ in pair_share[cat])
     share = looked / max(1, looked + sum(b for _, b in pair_share[cat]))
-    rows += (f"<tr><td>{cat}</td><td>{realized(records['ngram'], cat):.2f}×</td>"
-             f"<td>{realized(records['draft'], cat):.2f}×</td><td><b>{realized(pair_records, cat):.2f}×</b></td>"
+    rows += (f"<tr><td>{cat}</td><td>{side_cat[('ngram', cat)]['realized']:.2f}×</td>"
+             f"<td>{side_cat[('draft', cat)]['realized']:.2f}×</td><td><b>{pair_cat[cat]['realized']:.2f}×</b></td>"
              f"<td>{share:.0%}</td></tr>")
 display(HTML("<table><tr><th>category</th><th>ngram</th><th>draft</th><th>lookup, else draft</th>"
              f"<th>lookup share</th></tr>{rows}</table>"))
@@ -692,7 +688,7 @@ print(f"{len(side_prompts)} prompts in {took(t0)}; realized speedup over plain d
 # %% [markdown]
 # Where the reply copies (code edits, summaries, answers quoting a
 # document), the pair runs like prompt lookup; where it does not (chat), like
-# the draft model, minus the lookup's rare wrong guesses. The pair can still
+# the draft model. The pair can still
 # lose to one of its parts on a category: a two-token match is a weak signal,
 # and a lookup that fires on a common phrase drafts a copy that the target
 # rejects where the model would have guessed right.

@@ -59,16 +59,17 @@ TIMING_CONTEXT, TIMING_ROUNDS, TIMING_PASSES = 128, 3, 3  # warm_up's timing: ca
 
 
 ATTENTION = ("auto", "fused", "products", "loops")  # CompiledTarget(attention=...): see attention_form
-LOOPS_MAX_WIDTH = 5  # "auto": passes of up to this many tokens attend by loop_attention, wider ones by a library kernel
+LOOPS_MAX_WIDTH = 5  # "auto": loop_attention in passes of up to this many tokens, a library kernel above
 
 
 def attention_form(attention: str, width: int, dtype: torch.dtype) -> str:
     """The attention a pass of ``width`` tokens runs: ``attention`` itself, or for "auto" :func:`loop_attention`
     up to :data:`LOOPS_MAX_WIDTH` tokens (a decode step, a short chain) and a library kernel above: two matrix
     products for float32 weights, torch's fused kernel otherwise.  Measured on a 2-core AMD EPYC (avx512_bf16),
-    bfloat16, ms per pass, fused / products / loops: 1 token after 128 cached 10.45 / 11.26 / 9.75, after 400
-    10.99 / 12.06 / 10.18; 5 tokens after 128 12.46 / 12.84 / 11.81; 17 tokens after 400 21.91 / 20.71 / 24.64
-    (the loops do the whole M x S x Dh work in plain vector code, which a wide pass makes large)."""
+    bfloat16, the library's product kernels, ms per pass, fused / products / loops: 1 token after 128 cached
+    10.45 / 11.26 / 9.75, after 400 10.99 / 12.06 / 10.18; 5 tokens after 128 12.46 / 12.84 / 11.81; 9 tokens
+    after 300 15.53 / 15.72 / 16.98; 17 tokens after 400 21.91 / 20.71 / 24.64 (the loops do the whole M x S x Dh
+    work in plain vector code, which a wide pass makes large)."""
     if attention != "auto":
         return attention
     if width <= LOOPS_MAX_WIDTH:
@@ -83,8 +84,9 @@ def loop_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torc
     Run eagerly this would build a (1, Hkv, M, S, Dh) tensor; compiled, inductor fuses each product into the sum
     that reads it and writes the whole attention as a few loops of its own C++, inside the pass.  A decode step's
     attention is small (a few rows against a few hundred keys), so what a library kernel costs there is mostly its
-    call: on a 2-core AMD EPYC (avx512_bf16) these loops took a bfloat16 step from 10.45 to 9.75 ms, against
-    torch's fused kernel (``scripts/compiled_overheads.py``; docs/bench.md, "Attention as loops")."""
+    call: on a 2-core AMD EPYC (avx512_bf16), against torch's fused kernel, these loops took a bfloat16 step after
+    128 cached tokens from 15.02 to 14.31 ms with inductor's products (``scripts/compiled_overheads.py``) and from
+    10.45 to 9.75 ms with the library's (docs/bench.md, "Back on the avx512_bf16 AMD EPYC")."""
     scores = (q.float()[:, :, :, None, :] * k.float()[:, :, None, :, :]).sum(-1) * (q.shape[-1] ** -0.5)  # (1,Hkv,M,S)
     weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)
     return (weights[..., None] * v.float()[:, :, None]).sum(-2).to(q.dtype)
