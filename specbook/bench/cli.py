@@ -96,7 +96,8 @@ from .combos import engine_combos
 from .engines import VERIFIERS, CompiledEngine, RunResult, SpecbookEngine
 from .arguments import check_device, check_json_path, parse_gamma, plot_path
 from .registry import DRAFTERS, get_drafter
-from .results import aggregate, engine_ratio, explain_differences, format_table, ids_sha256, versus_specbook
+from .results import (aggregate, draft_split, engine_ratio, explain_differences, format_table, ids_sha256,
+                      split_since, versus_specbook)
 from .sizing import padded_curve, resize, size_chain, size_replay, size_tree
 from .timing import add_roofline, matvec_read_bandwidth, memory_read_bandwidth, verify_cost_curve
 from .workloads import first_of_each_category, load_prompts, select
@@ -301,7 +302,7 @@ def run_bench(args) -> dict:
         shift = i % len(combos)
         for engine, d, obj, verifier in combos[shift:] + combos[:shift]:
             gamma, tree = gamma_of(d, engine.name), tree_of(d, engine.name)
-            split = _draft_split(obj)
+            split = draft_split(obj)
             res: RunResult = engine.run(ids, obj, params, args.max_new_tokens, gamma, _gen(args, i), eos,
                                         verifier=verifier or "token")
             records.append({"engine": engine.name, "drafter": d, "verifier": verifier, "verified_by": res.verified_by,
@@ -310,7 +311,7 @@ def run_bench(args) -> dict:
                             "tree_budget": tree, "prompt_tokens": len(ids), "new_tokens": len(res.new_ids),
                             "seconds": res.seconds, "passes": res.passes, "emitted": res.emitted,
                             "proposed": res.proposed, "accepted": res.accepted, **res.counters(),
-                            **_split_since(obj, split), "sha256": ids_sha256(res.new_ids)})
+                            **split_since(obj, split), "sha256": ids_sha256(res.new_ids)})
             outputs[(engine.name, d, verifier, prompt.id)] = res.new_ids
             bar.update(1)
     bar.close()
@@ -348,21 +349,6 @@ def _gen(args, i: int) -> torch.Generator | None:
     return torch.Generator(device=args.device).manual_seed(args.seed * 100_003 + i)
 
 
-def _draft_split(drafter) -> tuple[int, int] | None:
-    """How many drafts a two-way drafter (prompt lookup, else a model: LookupFirst) has made each way so far."""
-    if hasattr(drafter, "lookups") and hasattr(drafter, "fallbacks"):
-        return drafter.lookups, drafter.fallbacks
-    return None
-
-
-def _split_since(drafter, before: tuple[int, int] | None) -> dict:
-    """The drafts each way since ``before`` (one prompt's), as record fields; none for other drafters."""
-    if before is None:
-        return {}
-    lookups, fallbacks = _draft_split(drafter)
-    return {"lookup_drafts": lookups - before[0], "fallback_drafts": fallbacks - before[1]}
-
-
 def replot(args) -> int:
     """``--from-json``: draw ``--plot`` from a finished run's report; refuse every flag of a run."""
     defaults = _parser().parse_args([])
@@ -372,16 +358,9 @@ def replot(args) -> int:
         raise ValueError(f"--from-json {args.from_json!r} needs --plot PATH.png: drawing is all it does")
     if ignored:
         raise ValueError(f"--from-json draws a finished run; {', '.join(ignored)} would not apply (leave it out)")
-    try:
-        result = json.loads(Path(args.from_json).read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"--from-json {args.from_json!r} is not a readable JSON file ({err})") from None
-    from .plot import save_speedup_plot
+    from .plot import save_report_plot
 
-    try:
-        save_speedup_plot(result, args.plot)
-    except ValueError as err:
-        raise ValueError(f"--from-json {args.from_json!r}: {err}") from None
+    save_report_plot(args.from_json, args.plot)
     print(f"wrote {args.plot}")
     return 0
 

@@ -17,6 +17,7 @@ so it works on a machine with no display.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -138,3 +139,16 @@ def save_speedup_plot(result: dict, path: str | Path) -> Figure:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
     return fig
+
+
+def save_report_plot(json_path: str | Path, path: str | Path) -> Figure:
+    """:func:`save_speedup_plot` of a finished run's report, read from ``json_path`` (``bench --from-json``);
+    a ValueError that names the file when it cannot be read or drawn."""
+    try:
+        result = json.loads(Path(json_path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"--from-json {str(json_path)!r} is not a readable JSON file ({err})") from None
+    try:
+        return save_speedup_plot(result, path)
+    except ValueError as err:
+        raise ValueError(f"--from-json {str(json_path)!r}: {err}") from None

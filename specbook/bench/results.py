@@ -118,6 +118,22 @@ def aggregate(records: list[dict], greedy: bool) -> tuple[list[dict], list[dict]
     return ([row(g, key[3]) for key, g in groups.items()], [row(g, "all") for g in overall.values()])
 
 
+def draft_split(drafter) -> tuple[int, int] | None:
+    """How many drafts a two-way drafter (prompt lookup, else a model: LookupFirst) has made each way so far."""
+    if hasattr(drafter, "lookups") and hasattr(drafter, "fallbacks"):
+        return drafter.lookups, drafter.fallbacks
+    return None
+
+
+def split_since(drafter, before: tuple[int, int] | None) -> dict:
+    """The drafts each way since ``before`` (one prompt's), as record fields; none for other drafters.
+    :func:`aggregate` sums them into a row's ``lookup_share``."""
+    if before is None:
+        return {}
+    lookups, fallbacks = draft_split(drafter)
+    return {"lookup_drafts": lookups - before[0], "fallback_drafts": fallbacks - before[1]}
+
+
 def _lookup_share(group: list[dict]) -> float | None:
     """The share of a two-way drafter's drafts that prompt lookup made (None for other drafters)."""
     if any("lookup_drafts" not in r for r in group):

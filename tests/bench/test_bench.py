@@ -192,16 +192,16 @@ def test_aggregate_medians_ratios_and_identity():
 
 
 def test_lookup_share_sums_a_two_way_drafters_counts_over_prompts():
-    from specbook.bench.cli import _draft_split, _split_since
+    from specbook.bench.results import draft_split, split_since
 
     class TwoWay:
         lookups, fallbacks = 5, 2
 
     drafter = TwoWay()
-    before = _draft_split(drafter)
+    before = draft_split(drafter)
     drafter.lookups, drafter.fallbacks = 8, 3  # one prompt: 3 lookups, 1 fallback
-    assert _split_since(drafter, before) == {"lookup_drafts": 3, "fallback_drafts": 1}
-    assert _draft_split(object()) is None and _split_since(object(), None) == {}
+    assert split_since(drafter, before) == {"lookup_drafts": 3, "fallback_drafts": 1}
+    assert draft_split(object()) is None and split_since(object(), None) == {}
     two_way = [{**record("specbook", "lookup-eagle", "p1", 1.0, "x"), "lookup_drafts": 3, "fallback_drafts": 1},
                {**record("specbook", "lookup-eagle", "p2", 1.0, "x"), "lookup_drafts": 0, "fallback_drafts": 4}]
     plain = [record("specbook", "none", p, 2.0, "x") for p in ("p1", "p2")]
