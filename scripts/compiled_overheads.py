@@ -3,7 +3,7 @@
     python scripts/compiled_overheads.py                          # bfloat16 where native, one token a pass
     python scripts/compiled_overheads.py --dtype float32 --width 5 --json overheads.json
 
-Builds five :class:`~specbook.models.compiled.CompiledTarget` of the same model:
+Builds six :class:`~specbook.models.compiled.CompiledTarget` of the same model:
 
 * "every slot": attention over every cache slot (``span_block=None``, the graph's shapes all
   static), through torch's fused kernel (``attention="fused"``), the graph called from Python;
@@ -14,9 +14,11 @@ Builds five :class:`~specbook.models.compiled.CompiledTarget` of the same model:
   (``attention="products"``, the default for float32 weights in passes wider than 5 tokens),
 * "span, loops": attention as products and sums that inductor writes as its own loops
   (``attention="loops"``, the default for passes of up to 5 tokens),
+* "loops, ahead of time": as "span, loops", exported and compiled by AOTInductor and called as one
+  C++ function (``ahead_of_time=True``: no guards, no Python between the kernels),
 
 compiles each at ``--width`` (mode "max-autotune": about a minute each), then times passes of
-``--width`` chained tokens after each of ``--contexts`` cached tokens: the five targets take
+``--width`` chained tokens after each of ``--contexts`` cached tokens: the six targets take
 turns, ``--steps`` passes each (every pass rolled back, so each sees the same cache), for
 ``--rounds`` rounds; a cell is the median of its ``rounds x steps`` passes.  The cache holds
 ``--max-length`` slots, as the benchmark's does for its longest prompt.  Figures depend on the
@@ -44,12 +46,13 @@ from specbook.models.dtype import dtype_name, resolve_dtype  # noqa: E402
 from specbook.models.smollm2 import load_smollm2  # noqa: E402
 from specbook.progress import progress_bar  # noqa: E402
 
-VARIANTS = {  # name: (span_block, cpp_wrapper, attention)
-    "every slot": (None, False, "fused"),
-    "span": (SPAN_BLOCK, False, "fused"),
-    "span, C++ call": (SPAN_BLOCK, True, "fused"),
-    "span, products": (SPAN_BLOCK, False, "products"),
-    "span, loops": (SPAN_BLOCK, False, "loops"),
+VARIANTS = {  # name: (span_block, cpp_wrapper, attention, ahead_of_time)
+    "every slot": (None, False, "fused", False),
+    "span": (SPAN_BLOCK, False, "fused", False),
+    "span, C++ call": (SPAN_BLOCK, True, "fused", False),
+    "span, products": (SPAN_BLOCK, False, "products", False),
+    "span, loops": (SPAN_BLOCK, False, "loops", False),
+    "loops, ahead of time": (SPAN_BLOCK, False, "loops", True),
 }
 
 
@@ -84,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     dtype = resolve_dtype(args.dtype, "cpu")
     model, _ = load_smollm2("cpu", dtype)
     targets = {}
-    for name in progress_bar(VARIANTS, desc="compiling five targets (about a minute each)"):
-        span_block, cpp_wrapper, attention = VARIANTS[name]
+    for name in progress_bar(VARIANTS, desc="compiling six targets (about a minute each)"):
+        span_block, cpp_wrapper, attention, ahead = VARIANTS[name]
         targets[name] = CompiledTarget(model, args.max_length, (args.width,), span_block=span_block,
-                                       cpp_wrapper=cpp_wrapper, attention=attention)
+                                       cpp_wrapper=cpp_wrapper, attention=attention, ahead_of_time=ahead)
         targets[name].warm_up()
     tokens = torch.randint(100, 10_000, (1, args.width), generator=torch.Generator().manual_seed(1))
     rows = []

@@ -198,11 +198,16 @@ class CompiledTarget(LlamaTarget):
     timing keeps a weight in the CPU's caches, where a pass streams it from memory: on a 2-core
     Xeon with AMX, float32, a pass of 3 and of 5 tokens ran 36.2 and 38.9 ms autotuned against
     33.6 and 36.1 ms on the library's kernels, while 1 and 2 tokens ran faster autotuned (25.8 and
-    29.0 ms against 28.7 and 30.7)."""
+    29.0 ms against 28.7 and 30.7).
+
+    ``ahead_of_time=True``: each (kernels, width) pass is exported and compiled by AOTInductor instead
+    (:mod:`specbook.models.aot`), and called as one C++ function, without ``torch.compile``'s guards and
+    Python wrapper; the same graph, so the same logits (about 1.5 ms less a bfloat16 step on a 2-core AMD EPYC)."""
 
     def __init__(self, model: LlamaModel, max_length: int = 2048, widths: Sequence[int] = (1,),
                  autotune: bool = True, span_block: int | None = SPAN_BLOCK, cpp_wrapper: bool = False,
-                 attention: str = "auto", products: str = "autotuned", hidden_layers: Sequence[int] | None = None):
+                 attention: str = "auto", products: str = "autotuned", hidden_layers: Sequence[int] | None = None,
+                 ahead_of_time: bool = False):
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {', '.join(map(repr, ATTENTION))}, got {attention!r}")
         if products not in PRODUCTS:
@@ -222,8 +227,11 @@ class CompiledTarget(LlamaTarget):
         self._traced: set[tuple[str, int]] = set()  # (kernels, width) whose graph exists (its span marked dynamic)
         raise_recompile_limit()
         self._layers = self.hidden_layers or ()  # compiled into the passes: fixed from here on
-        self.passes = torch.compile(CompiledPass(model, max_length, attention, self._layers), fullgraph=True,
-                                    dynamic=False, mode="max-autotune" if autotune else None)
+        self.pass_module = CompiledPass(model, max_length, attention, self._layers)
+        self.passes = torch.compile(self.pass_module, fullgraph=True, dynamic=False,
+                                    mode="max-autotune" if autotune else None)
+        self.autotune, self.ahead_of_time = autotune, ahead_of_time
+        self._runners: dict[tuple[str, int], object] = {}  # (kernels, width) -> its AOTInductor runner
         self.products = products
         self.kernels_of: dict[int, str] = {}  # width -> the kernels its passes run, once "timed" chose them
         self.kernel_ms: dict[int, dict[str, float]] = {}  # width -> {kernels: median ms of a pass}, as timed
@@ -271,6 +279,8 @@ class CompiledTarget(LlamaTarget):
                         self.rollback([context])
             self.kernel_ms[w] = {kind: statistics.median(v) for kind, v in ms.items()}
             self.kernels_of[w] = min(KERNELS, key=self.kernel_ms[w].get)
+            for kind in set(KERNELS) - {self.kernels_of[w]}:  # the package left out, and its copy of the weights
+                self._runners.pop((kind, w), None)
         self.reset(1)
 
     def kernel_report(self) -> dict[str, dict]:
@@ -289,6 +299,19 @@ class CompiledTarget(LlamaTarget):
         if batch_size != 1:
             raise ValueError(f"CompiledTarget supports batch_size=1 only, got {batch_size}")
         super().reset(batch_size)
+
+    def _compile_ahead(self, kind: str, width: int, keys, values):
+        """Export and compile the ``width`` pass on ``kind`` kernels with AOTInductor (:mod:`.aot`), on
+        placeholder inputs of this cache's layout (the span dynamic up to T - 1 slots, or fixed)."""
+        from .aot import compile_ahead
+
+        tokens, positions = (torch.zeros(1, width, dtype=torch.long, device=self.device) for _ in range(2))
+        example = (tokens, positions, torch.arange(width, device=self.device), keys, values,  # no input twice:
+                   torch.ones(1, 1, width, keys[0].shape[2], dtype=torch.bool, device=self.device))  # export ties them
+        configs = {"freezing": True, "max_autotune": self.autotune, **KERNELS[kind]}
+        span = None if self.span_block is None else self._require_cache().max_length - 1
+        run = self._runners[(kind, width)] = compile_ahead(self.pass_module, kind, configs, example, span)
+        return run
 
     def _new_cache(self, batch_size: int) -> KVCache:
         slots = self.max_length + self.widths[-1]  # room for the spare rows of the last pass
@@ -328,8 +351,8 @@ class CompiledTarget(LlamaTarget):
         positions = torch.zeros(1, width, dtype=torch.long, device=self.device)
         positions[0, :n] = start + depth
         span = cache.max_length  # the slots attention reads
-        if self.span_block is not None:
-            span = min(span, -(-(start + width) // self.span_block) * self.span_block)
+        if self.span_block is not None:  # T - 1 at most (start + width < T always): a span of all T slots is a
+            span = min(span - 1, -(-(start + width) // self.span_block) * self.span_block)  # case graphs guard apart
         visible = torch.zeros(1, 1, width, span, dtype=torch.bool, device=self.device)
         visible[..., :start] = True  # every row sees the cached context
         visible[0, 0, :n, start:start + n] = ancestors
@@ -340,13 +363,17 @@ class CompiledTarget(LlamaTarget):
         # the whole buffer, the compiled code copied all L layers' slots after every layer's write (12 of 30 ms)
         keys, values = cache.k[..., :span, :].unbind(0), cache.v[..., :span, :].unbind(0)
         kind = self.kernels_of.get(width, "library" if self.products == "library" else "autotuned")
-        if self.span_block is not None and (kind, width) not in self._traced:  # once a graph exists, S stays dynamic
-            for t in (*keys, *values, visible):
-                torch._dynamo.mark_dynamic(t, t.dim() - 2 if t is not visible else 3)  # S: one graph for every span
-        # weights as constants (the first pass of a width compiles)
-        with inductor_config.patch(freezing=True, cpp_wrapper=self.cpp_wrapper, **KERNELS[kind]):
-            logits, hidden, states = self.passes(padded, positions, slots, keys, values, visible, kind)
-        self._traced.add((kind, width))
+        if self.ahead_of_time:
+            run = self._runners.get((kind, width)) or self._compile_ahead(kind, width, keys, values)
+            logits, hidden, states = run(padded, positions, slots, list(keys), list(values), visible)
+        else:
+            if self.span_block is not None and (kind, width) not in self._traced:  # once a graph exists, S stays
+                for t in (*keys, *values, visible):  # dynamic; S: one graph for every span
+                    torch._dynamo.mark_dynamic(t, t.dim() - 2 if t is not visible else 3)
+            # weights as constants (the first pass of a width compiles)
+            with inductor_config.patch(freezing=True, cpp_wrapper=self.cpp_wrapper, **KERNELS[kind]):
+                logits, hidden, states = self.passes(padded, positions, slots, keys, values, visible, kind)
+            self._traced.add((kind, width))
         cache.appended(n)
         self.compiled_passes += 1
         self.last_hidden = hidden[:, :n]  # (1, N, D)
