@@ -8,12 +8,12 @@ inductor's Python wrapper, which calls the matrix-product kernels one by one fro
 size) and compiled by AOTInductor into a package whose runner is C++ from the first operation to the
 last.  The arithmetic is the same graph, so the logits are the ``torch.compile`` pass's bit for bit.
 Measured on a 2-core AMD EPYC (avx512_bf16, no AMX), SmolLM2-135M in bfloat16, one token after 128
-cached, the library's product kernels: 10.2-11.0 ms a call through ``torch.compile`` against 7.8-9.5 ms
+cached, the library's product kernels: 10.2-11.3 ms a call through ``torch.compile`` against 7.8-9.5 ms
 through the runner, in the same process (docs/bench.md, "Compiled ahead of time").
 
 Nothing is cached between processes: each package is written to a scratch directory, loaded, and the
 file deleted (the loaded runner keeps what it needs); compiling takes about as long as ``torch.compile``'s
-first pass (about 50 s a width for SmolLM2-135M on 2 cores).
+first pass (40-70 s a width for SmolLM2-135M on 2 cores), and each package holds its own copy of the weights.
 """
 from __future__ import annotations
 
