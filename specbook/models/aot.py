@@ -6,7 +6,8 @@ inductor's Python wrapper, which calls the matrix-product kernels one by one fro
 ``CompiledTarget(..., ahead_of_time=True)`` a width is instead exported once (``torch.export``: the same
 :class:`~specbook.models.compiled.CompiledPass`, its kernels fixed, the attention span S the one dynamic
 size) and compiled by AOTInductor into a package whose runner is C++ from the first operation to the
-last.  The arithmetic is the same graph, so the logits are the ``torch.compile`` pass's bit for bit.
+last.  It is the same graph, code generated anew: with the library's kernels in bfloat16 the logits were the
+``torch.compile`` pass's bit for bit; the tests' tiny float32 model differs by a rounding step (about 1e-5).
 Measured on a 2-core AMD EPYC (avx512_bf16, no AMX), SmolLM2-135M in bfloat16, one token after 128
 cached, the library's product kernels: 10.2-11.3 ms a call through ``torch.compile`` against 7.8-9.5 ms
 through the runner, in the same process (docs/bench.md, "Compiled ahead of time").

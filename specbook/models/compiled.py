@@ -202,7 +202,8 @@ class CompiledTarget(LlamaTarget):
 
     ``ahead_of_time=True``: each (kernels, width) pass is exported and compiled by AOTInductor instead
     (:mod:`specbook.models.aot`), and called as one C++ function, without ``torch.compile``'s guards and
-    Python wrapper; the same graph, so the same logits (about 1.5 ms less a bfloat16 step on a 2-core AMD EPYC)."""
+    Python wrapper; the same graph, its logits equal up to a rounding step (about 1.5 ms less a bfloat16 step on a
+    2-core AMD EPYC; ``cpp_wrapper`` does not apply)."""
 
     def __init__(self, model: LlamaModel, max_length: int = 2048, widths: Sequence[int] = (1,),
                  autotune: bool = True, span_block: int | None = SPAN_BLOCK, cpp_wrapper: bool = False,

@@ -40,7 +40,8 @@ def test_ahead_of_time_tokens_equal_the_eager_model_across_spans(model_and_targe
     passes = target.compiled_passes
     assert greedy(target, prompt, 80) == greedy(eager, prompt, 80)
     repeating = (prompt[:6] * 5)[:30]
-    assert greedy(target, repeating, 40, NGramDrafter(max_ngram=3)) == greedy(eager, repeating, 40, NGramDrafter(max_ngram=3))
+    drafted = greedy(target, repeating, 40, NGramDrafter(max_ngram=3))
+    assert drafted == greedy(eager, repeating, 40, NGramDrafter(max_ngram=3))
     assert target.compiled_passes > passes + 80
     assert set(target._runners) == {("autotuned", 1), ("autotuned", 4)}
 
@@ -62,7 +63,7 @@ def test_an_ahead_of_time_tree_pass_scores_as_the_eager_target(model_and_target)
 
 def test_an_example_that_passes_one_tensor_twice_is_caught(model_and_target):
     """Broken twin of the example CompiledTarget exports on: given the same tensor as tokens and as positions,
-    export ties the two inputs, and the package reads positions as tokens (the logits move by whole units)."""
+    export ties the two inputs, and the package reads one of them for both (the logits move by whole units)."""
     model, target = model_and_target
     target.reset(1)
     target.prefill(torch.tensor([[3, 1, 4, 1, 5]]))
