@@ -302,8 +302,9 @@ class CompiledTarget(LlamaTarget):
         super().reset(batch_size)
 
     def _compile_ahead(self, kind: str, width: int, keys, values):
-        """Export and compile the ``width`` pass on ``kind`` kernels with AOTInductor (:mod:`.aot`), on
-        placeholder inputs of this cache's layout (the span dynamic up to T - 1 slots, or fixed)."""
+        """Export and compile the ``width`` pass on ``kind`` kernels with AOTInductor (:mod:`.aot`), on placeholder
+        tokens, positions, slots and mask and this pass's own cache views ``keys``, ``values`` (export reads only
+        their shapes and strides; the span dynamic up to T - 1 slots, or fixed)."""
         from .aot import compile_ahead
 
         tokens, positions = (torch.zeros(1, width, dtype=torch.long, device=self.device) for _ in range(2))
@@ -311,8 +312,8 @@ class CompiledTarget(LlamaTarget):
                    torch.ones(1, 1, width, keys[0].shape[2], dtype=torch.bool, device=self.device))  # export ties them
         configs = {"freezing": True, "max_autotune": self.autotune, **KERNELS[kind]}
         span = None if self.span_block is None else self._require_cache().max_length - 1
-        run = self._runners[(kind, width)] = compile_ahead(self.pass_module, kind, configs, example, span)
-        return run
+        self._runners[(kind, width)] = compile_ahead(self.pass_module, kind, configs, example, span)
+        return self._runners[(kind, width)]
 
     def _new_cache(self, batch_size: int) -> KVCache:
         slots = self.max_length + self.widths[-1]  # room for the spare rows of the last pass
