@@ -23,6 +23,7 @@ import tempfile
 
 import torch
 from torch import nn
+from torch.utils import _pytree as pytree
 
 
 class FixedKernels(nn.Module):
@@ -42,7 +43,7 @@ def compile_ahead(compiled_pass: nn.Module, kernels: str, inductor_configs: dict
     """Export ``compiled_pass`` on ``example`` = (tokens, positions, slots, k_cache, v_cache, visible), as
     :meth:`CompiledPass.forward` takes them, and compile it with AOTInductor under ``inductor_configs``;
     ``max_span``: the attention span S is dynamic from 2 to this many slots (None: fixed at the example's).
-    Returns the loaded runner, called with the same six arguments (k_cache and v_cache as lists)."""
+    Returns the loaded :class:`Runner`, called with the same six arguments (k_cache and v_cache as lists)."""
     tokens, positions, slots, keys, values, visible = example
     dynamic = None
     if max_span is not None:
@@ -56,4 +57,23 @@ def compile_ahead(compiled_pass: nn.Module, kernels: str, inductor_configs: dict
     with tempfile.TemporaryDirectory(prefix="specbook-aot-") as scratch:
         path = torch._inductor.aoti_compile_and_package(program, package_path=os.path.join(scratch, "pass.pt2"),
                                                         inductor_configs=inductor_configs)
-        return torch._inductor.aoti_load_package(path)
+        return Runner(torch._inductor.aoti_load_package(path))
+
+
+class Runner:
+    """A loaded package called with the pass's six arguments, its tensors handed to the C++ runner as one list.
+
+    The package's own ``__call__`` reads its input and output specs back from text and flattens the
+    arguments generically on every call: 0.12 ms of a 9 ms bfloat16 step on a 2-core AMD EPYC.  Here the
+    output spec is read once and the inputs listed in the order export flattened them."""
+
+    def __init__(self, package):
+        self.package = package
+        self.loader = getattr(package, "loader", None)  # torch's AOTICompiledModel; else call the package itself
+        self.out_spec = pytree.treespec_loads(self.loader.get_call_spec()[1]) if self.loader is not None else None
+
+    def __call__(self, tokens, positions, slots, k_cache, v_cache, visible):
+        if self.loader is None:
+            return self.package(tokens, positions, slots, list(k_cache), list(v_cache), visible)
+        flat = self.loader.boxed_run([tokens, positions, slots, *k_cache, *v_cache, visible])
+        return pytree.tree_unflatten(flat, self.out_spec)

@@ -320,6 +320,16 @@ class CompiledTarget(LlamaTarget):
         return KVCache(self.config.n_layers, batch_size, self.config.n_kv_heads, self.config.head_dim,
                        slots, dtype=self.dtype, device=self.device)
 
+    def _views(self, cache: KVCache, span: int) -> tuple[torch.Tensor, list, list]:
+        """(slot ids 0..T-1, then each layer's keys and values over the first ``span`` slots as lists of views of
+        the cache's (L, 1, Hkv, T, Dh) buffers), made once per cache and span: 60 views took 0.1 ms a pass."""
+        if getattr(self, "_views_of", None) is not cache:
+            self._views_of, self._view_cache = cache, {}
+            self._slot_ids = torch.arange(cache.max_length, device=self.device)
+        if span not in self._view_cache:
+            self._view_cache[span] = (list(cache.k[..., :span, :].unbind(0)), list(cache.v[..., :span, :].unbind(0)))
+        return self._slot_ids, *self._view_cache[span]
+
     @torch.no_grad()
     def forward(self, tokens: torch.Tensor, parents: torch.Tensor | None = None, *,
                 logits_to_keep: int | None = None) -> torch.Tensor:
@@ -338,36 +348,30 @@ class CompiledTarget(LlamaTarget):
         if start + n > self.max_length:
             raise ValueError(f"a row would hold {start + n} tokens, more than max_length={self.max_length} "
                              "(prompt plus generation longer than the context)")
+        width = next(w for w in self.widths if w >= n)
+        span = cache.max_length  # the slots attention reads
+        if self.span_block is not None:  # T - 1 at most (start + width < T always): a span of all T slots is a
+            span = min(span - 1, -(-(start + width) // self.span_block) * self.span_block)  # case graphs guard apart
+        ids, keys, values = self._views(cache, span)
+        slots = ids[start:start + width]  # (W,) the slots this pass writes: its n tokens, then the spare rows
+        padded = F.pad(tokens, (0, width - n))  # (1, W) the spare rows fed token 0
+        # row w sees every slot up to its own: the cached context, then a chain's earlier tokens and itself.  Spare
+        # rows see the real ones too: their outputs are dropped, and their slots lie past the row's length
+        visible = (ids[:span] <= slots[:, None])[None, None]  # (1, 1, W, S)
+        positions = slots[None].clone()  # a chain: token w at position start + w (a copy: no input passed twice)
         if parents is None:
-            ancestors = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
-            depth = torch.arange(n, device=self.device)
             plist = list(range(-1, n - 1))
         else:
             if parents.shape != (n,):
                 raise ValueError(f"parents must have shape ({n},) for {n} tokens, got {tuple(parents.shape)}")
             ancestors, depth = self._tree(parents)
             plist = parents.tolist()
-        width = next(w for w in self.widths if w >= n)
-        padded = torch.zeros(1, width, dtype=torch.long, device=self.device)
-        padded[0, :n] = tokens[0]
-        positions = torch.zeros(1, width, dtype=torch.long, device=self.device)
-        positions[0, :n] = start + depth
-        span = cache.max_length  # the slots attention reads
-        if self.span_block is not None:  # T - 1 at most (start + width < T always): a span of all T slots is a
-            span = min(span - 1, -(-(start + width) // self.span_block) * self.span_block)  # case graphs guard apart
-        visible = torch.zeros(1, 1, width, span, dtype=torch.bool, device=self.device)
-        visible[..., :start] = True  # every row sees the cached context
-        visible[0, 0, :n, start:start + n] = ancestors
-        spare = torch.arange(n, width, device=self.device)
-        visible[0, 0, spare, start + spare] = True  # a spare row sees itself
-        slots = torch.arange(start, start + width, device=self.device)
-        # the cache as one tensor per layer, each its first S slots (views of its (L, 1, Hkv, T, Dh) buffers): handed
-        # the whole buffer, the compiled code copied all L layers' slots after every layer's write (12 of 30 ms)
-        keys, values = cache.k[..., :span, :].unbind(0), cache.v[..., :span, :].unbind(0)
+            positions[0, :n] = start + depth  # a node's position is its depth past the cached context
+            visible[0, 0, :n, start:start + n] = ancestors
         kind = self.kernels_of.get(width, "library" if self.products == "library" else "autotuned")
         if self.ahead_of_time:
             run = self._runners.get((kind, width)) or self._compile_ahead(kind, width, keys, values)
-            logits, hidden, states = run(padded, positions, slots, list(keys), list(values), visible)
+            logits, hidden, states = run(padded, positions, slots, keys, values, visible)
         else:
             if self.span_block is not None and (kind, width) not in self._traced:  # once a graph exists, S stays
                 for t in (*keys, *values, visible):  # dynamic; S: one graph for every span
