@@ -167,9 +167,9 @@ class CompiledTarget(LlamaTarget):
 
     ``widths``: the pass widths compiled, each once (about a minute each in mode
     "max-autotune" for SmolLM2-135M on 2 cores).  A pass of N tokens runs the narrowest width
-    W >= N, its W - N spare rows fed token 0 at the slots after the real ones, each seeing the
-    cache and itself only; their outputs are dropped and their slots stay beyond the row's
-    length, hidden from later passes and overwritten by them.  Plain decoding needs width 1;
+    W >= N, its W - N spare rows fed token 0 at the slots after the real ones (each sees every
+    slot up to its own; no real token sees a spare row); their outputs are dropped and their slots
+    stay beyond the row's length, hidden from later passes and overwritten by them.  Plain decoding needs width 1;
     a chain of gamma drafts gamma + 1; a tree its node count plus one.  Wider passes (the
     prefill) and ``logits_to_keep`` run eagerly, on the same cache.
 
