@@ -169,8 +169,8 @@ class CompiledTarget(LlamaTarget):
     "max-autotune" for SmolLM2-135M on 2 cores).  A pass of N tokens runs the narrowest width
     W >= N, its W - N spare rows fed token 0 at the slots after the real ones (each sees every
     slot up to its own; no real token sees a spare row); their outputs are dropped and their slots
-    stay beyond the row's length, hidden from later passes and overwritten by them.  Plain decoding needs width 1;
-    a chain of gamma drafts gamma + 1; a tree its node count plus one.  Wider passes (the
+    stay beyond the row's length, hidden from later passes and overwritten by them.  Plain
+    decoding needs width 1; a chain of gamma drafts gamma + 1; a tree its node count plus one.  Wider passes (the
     prefill) and ``logits_to_keep`` run eagerly, on the same cache.
 
     ``autotune=True`` compiles in mode "max-autotune": inductor times its own matrix-product
@@ -233,6 +233,7 @@ class CompiledTarget(LlamaTarget):
                                     mode="max-autotune" if autotune else None)
         self.autotune, self.ahead_of_time = autotune, ahead_of_time
         self._runners: dict[tuple[str, int], object] = {}  # (kernels, width) -> its AOTInductor runner
+        self._views_of, self._view_cache = None, {}  # the cache buffer the views below were made of; span -> views
         self.products = products
         self.kernels_of: dict[int, str] = {}  # width -> the kernels its passes run, once "timed" chose them
         self.kernel_ms: dict[int, dict[str, float]] = {}  # width -> {kernels: median ms of a pass}, as timed
@@ -322,9 +323,11 @@ class CompiledTarget(LlamaTarget):
 
     def _views(self, cache: KVCache, span: int) -> tuple[torch.Tensor, list, list]:
         """(slot ids 0..T-1, then each layer's keys and values over the first ``span`` slots as lists of views of
-        the cache's (L, 1, Hkv, T, Dh) buffers), made once per cache and span: 60 views took 0.1 ms a pass."""
-        if getattr(self, "_views_of", None) is not cache:
-            self._views_of, self._view_cache = cache, {}
+        the cache's (L, 1, Hkv, T, Dh) buffers), made once per buffer and span: 60 views took 0.1 ms a pass.
+        One tensor per layer: handed the whole buffer, the compiled code copied all L layers' slots after every
+        layer's write (12 of 30 ms)."""
+        if self._views_of is not cache.k:  # a new cache, or its buffers replaced (select_rows)
+            self._views_of, self._view_cache = cache.k, {}
             self._slot_ids = torch.arange(cache.max_length, device=self.device)
         if span not in self._view_cache:
             self._view_cache[span] = (list(cache.k[..., :span, :].unbind(0)), list(cache.v[..., :span, :].unbind(0)))

@@ -104,6 +104,23 @@ def eager_logits(eager, ids: list[int]) -> torch.Tensor:
     return eager(torch.tensor([ids[-1:]]))
 
 
+def test_compiled_passes_follow_the_cache_when_its_buffers_are_replaced(tiny_and_target):
+    """The compiled target keeps views of the cache between passes; ``select_rows`` copies the cache into
+    new buffers, so the next compiled pass must write and read those (an eager pass after it reads them)."""
+    model, target = tiny_and_target
+    eager = LlamaTarget(model, max_length=64)
+    prompt = torch.randint(0, 97, (1, 9), generator=torch.Generator().manual_seed(7))
+    logits = []
+    for t in (target, eager):
+        t.reset(1)
+        t(prompt)
+        t(torch.tensor([[4]]))  # compiled: the views of this cache are made
+        t.select_rows([0])
+        t(torch.tensor([[5]]))  # compiled, into the new buffers
+        logits.append(t(torch.arange(10, 18)[None]))  # 8 tokens, eagerly: reads what the pass above wrote
+    torch.testing.assert_close(logits[0], logits[1], atol=1e-4, rtol=1e-4)
+
+
 def test_passes_wider_than_every_width_are_counted_apart_from_the_prefill(tiny_and_target):
     """The bench's warning reads ``wide_passes``: verify passes that ran eagerly because no compiled
     width held them. A prefill is not one, whether it ran compiled (short) or eagerly (long)."""
