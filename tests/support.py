@@ -161,3 +161,19 @@ def load_script(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def greedy(target, prompt: list[int], n: int, *, drafter=None, eos: int | None = None) -> list[int]:
+    """The new tokens of greedy decoding of one prompt, up to ``n`` (or through ``eos``): plain, or speculative
+    with ``drafter`` at 3 drafts a pass (a chain of 3 runs a compiled target's width-4 pass)."""
+    import torch
+
+    from specbook.decode import generate, speculative_generate
+    from specbook.sampling import GREEDY
+
+    ids = torch.tensor([prompt])
+    if drafter is None:
+        out = generate(target, ids, n, params=GREEDY, eos_token_id=eos)
+    else:
+        out = speculative_generate(target, drafter, ids, n, params=GREEDY, gamma=3, eos_token_id=eos)
+    return out.new_tokens[0].tolist()

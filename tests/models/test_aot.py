@@ -3,23 +3,15 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import greedy
 
-from specbook.decode import generate, speculative_generate
 from specbook.drafters.ngram import NGramDrafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.models.aot import compile_ahead
 from specbook.models.compiled import CompiledTarget
-from specbook.sampling import GREEDY
 
 CONFIG = LlamaConfig(vocab_size=97, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=96,
                      max_position_embeddings=256)
-
-
-def greedy(target, prompt: list[int], n: int, drafter=None) -> list[int]:
-    ids = torch.tensor([prompt])
-    if drafter is None:
-        return generate(target, ids, n, params=GREEDY).new_tokens[0].tolist()
-    return speculative_generate(target, drafter, ids, n, params=GREEDY, gamma=3).new_tokens[0].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +32,8 @@ def test_ahead_of_time_tokens_equal_the_eager_model_across_spans(model_and_targe
     passes = target.compiled_passes
     assert greedy(target, prompt, 80) == greedy(eager, prompt, 80)
     repeating = (prompt[:6] * 5)[:30]
-    drafted = greedy(target, repeating, 40, NGramDrafter(max_ngram=3))
-    assert drafted == greedy(eager, repeating, 40, NGramDrafter(max_ngram=3))
+    drafted = greedy(target, repeating, 40, drafter=NGramDrafter(max_ngram=3))
+    assert drafted == greedy(eager, repeating, 40, drafter=NGramDrafter(max_ngram=3))
     assert target.compiled_passes > passes + 80
     assert set(target._runners) == {("autotuned", 1), ("autotuned", 4)}
 

@@ -3,24 +3,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support import greedy
 
-from specbook.decode import generate, speculative_generate
 from specbook.drafters.ngram import NGramDrafter
 from specbook.models import LlamaConfig, LlamaModel, LlamaTarget
 from specbook.models.compiled import KERNELS, SPAN_BLOCK, CompiledTarget
-from specbook.sampling import GREEDY
 
 TINY = LlamaConfig(vocab_size=97, dim=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=96,
                    max_position_embeddings=128)
-
-
-def greedy(target, prompt: list[int], n: int, eos: int | None = None, drafter=None) -> list[int]:
-    ids = torch.tensor([prompt])
-    if drafter is None:
-        out = generate(target, ids, n, params=GREEDY, eos_token_id=eos)
-    else:
-        out = speculative_generate(target, drafter, ids, n, params=GREEDY, gamma=3, eos_token_id=eos)
-    return out.new_tokens[0].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +132,7 @@ def test_compiled_stops_at_eos_and_checks_its_arguments(tiny_and_target):
     prompt = [3, 1, 4, 1, 5]
     full = greedy(target, prompt, 12)
     eos = full[4]
-    assert greedy(target, prompt, 12, eos) == full[:full.index(eos) + 1]
+    assert greedy(target, prompt, 12, eos=eos) == full[:full.index(eos) + 1]
     with pytest.raises(ValueError, match="batch_size=1"):
         target.reset(2)
     with pytest.raises(ValueError, match="width"):
