@@ -170,8 +170,8 @@ class CompiledTarget(LlamaTarget):
     W >= N, its W - N spare rows fed token 0 at the slots after the real ones (each sees every
     slot up to its own; no real token sees a spare row); their outputs are dropped and their slots
     stay beyond the row's length, hidden from later passes and overwritten by them.  Plain
-    decoding needs width 1; a chain of gamma drafts gamma + 1; a tree its node count plus one.  Wider passes (the
-    prefill) and ``logits_to_keep`` run eagerly, on the same cache.
+    decoding needs width 1; a chain of gamma drafts gamma + 1; a tree its node count plus one.
+    Wider passes (the prefill) and ``logits_to_keep`` run eagerly, on the same cache.
 
     ``autotune=True`` compiles in mode "max-autotune": inductor times its own matrix-product
     templates against oneDNN's (slower to compile, faster to run).  ``span_block``: attention
@@ -233,7 +233,8 @@ class CompiledTarget(LlamaTarget):
                                     mode="max-autotune" if autotune else None)
         self.autotune, self.ahead_of_time = autotune, ahead_of_time
         self._runners: dict[tuple[str, int], object] = {}  # (kernels, width) -> its AOTInductor runner
-        self._views_of, self._view_cache = None, {}  # the cache buffer the views below were made of; span -> views
+        # the cache buffer the views were made of, its slot ids 0..T-1, and span -> views (made by _views)
+        self._views_of, self._slot_ids, self._view_cache = None, None, {}
         self.products = products
         self.kernels_of: dict[int, str] = {}  # width -> the kernels its passes run, once "timed" chose them
         self.kernel_ms: dict[int, dict[str, float]] = {}  # width -> {kernels: median ms of a pass}, as timed
