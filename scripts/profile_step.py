@@ -3,19 +3,21 @@
     python scripts/profile_step.py                       # bfloat16 where native, 128 cached tokens
     python scripts/profile_step.py --dtype float32 --steps 20 --json step.json
     python scripts/profile_step.py --dtype float32 --width 5    # a verify pass of 5 chained tokens
+    python scripts/profile_step.py --products library           # MKL's and oneDNN's products only
 
 Times one-token steps after ``--context`` cached tokens (median of ``--steps``, each rolled back,
 so every step sees the same cache), for the eager :class:`~specbook.models.LlamaTarget` and the
 compiled :class:`~specbook.models.compiled.CompiledTarget` (compiled at ``--width``, mode
-"max-autotune"; the first compile takes about a minute); ``--width`` > 1 times passes of that
-many chained tokens instead (a verify pass).  Then profiles ``--steps`` compiled steps with
-``torch.profiler``, inductor's generated kernels named (``cpp.enable_kernel_profile``), and
-prints the time per step of each group of operations (matrix products, attention, fused
-elementwise kernels, the Python call and guard checks around the graph), then the operations
-that took the most: the products by shape (``gemm_m1n3072k576``: one row times a 576 x 3072
-weight), ``Call CompiledFxGraph`` (the Python around the graph), ``TorchDynamo Cache Lookup``
-(its guards).  The profiler adds its own overhead, so the per-operation figures
-add up to more than the median step.  Figures depend on the machine and its load: say which.
+"max-autotune", on the product kernels ``--products`` names; the first compile takes about a
+minute); ``--width`` > 1 times passes of that many chained tokens instead (a verify pass).  Then
+profiles ``--steps`` compiled steps with ``torch.profiler``, inductor's generated kernels named
+(``cpp.enable_kernel_profile``), and prints the time per step of each group of operations (matrix
+products, attention, fused elementwise kernels, the Python call and guard checks around the
+graph), then the operations that took the most: the products by shape (``gemm_m1n3072k576``: one
+row times a 576 x 3072 weight; a library kernel with the shapes of its input and weight after
+it), ``Call CompiledFxGraph`` (the Python around the graph), ``TorchDynamo Cache Lookup`` (its
+guards).  The profiler adds its own overhead, so the per-operation figures add up to more than
+the median step.  Figures depend on the machine and its load: say which.
 """
 from __future__ import annotations
 
@@ -73,16 +75,25 @@ def group_of(name: str) -> str:
     return next((group for group, test in GROUPS if test(name)), "everything else")
 
 
+def named(event) -> str:
+    """A profiled operation's name, and for a library product the shapes of its input and weight
+    (``mkldnn::_linear_pointwise [1, 1, 576] x [3072, 576]``)."""
+    shapes = [s for s in (event.input_shapes or [])[:2] if s]
+    if group_of(event.key) != "matrix products" or "_gemm_" in event.key or not shapes:
+        return event.key
+    return f"{event.key} {' x '.join(str(list(s)) for s in shapes)}"
+
+
 def kernel_table(target, context: torch.Tensor, steps: int, width: int = 1) -> list[dict]:
     """Every operation of ``steps`` profiled passes of ``width`` tokens, most self time first: ms and calls
     per step, and its group."""
     base, one = after_context(target, context, width)
-    with torch.profiler.profile() as prof:
+    with torch.profiler.profile(record_shapes=True) as prof:  # shapes: the library's products told apart
         for _ in range(steps):
             target.forward(one)
             target.rollback(base)
-    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
-    return [{"operation": e.key, "group": group_of(e.key),
+    events = sorted(prof.key_averages(group_by_input_shape=True), key=lambda e: -e.self_cpu_time_total)
+    return [{"operation": named(e), "group": group_of(e.key),
              "ms_per_step": round(e.self_cpu_time_total / steps / 1000, 3), "calls_per_step": e.count / steps}
             for e in events]
 
@@ -107,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="tokens per pass (a chain; 1 = a decode step, gamma + 1 = a verify pass)")
     ap.add_argument("--rows", type=int, default=12, help="operations listed")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
+    ap.add_argument("--products", choices=("autotuned", "library"), default="autotuned",
+                    help="the compiled pass's product kernels (CompiledTarget's products=)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
     for name in ("context", "steps", "width", "rows", "threads"):
@@ -119,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     model, _ = load_smollm2("cpu", dtype)
     context = torch.randint(100, 10_000, (1, args.context), generator=torch.Generator().manual_seed(0))
     inductor_config.cpp.enable_kernel_profile = True  # the generated kernels by name in the profile
-    compiled = CompiledTarget(model, args.max_length, (args.width,))
+    compiled = CompiledTarget(model, args.max_length, (args.width,), products=args.products)
     compiled.warm_up(progress=True)
     eager_ms = step_ms(LlamaTarget(model, args.max_length), context, args.steps, args.width)
     compiled_ms = step_ms(compiled, context, args.steps, args.width)
@@ -136,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": machine_info("cpu"), "dtype": dtype_name(dtype),
                                                "context": args.context, "width": args.width, "steps": args.steps,
+                                               "products": args.products,
                                                "eager_step_ms": round(eager_ms, 3),
                                                "compiled_step_ms": round(compiled_ms, 3), "groups": groups,
                                                "kernels": table},

@@ -358,7 +358,8 @@ class CompiledTarget(LlamaTarget):
             span = min(span - 1, -(-(start + width) // self.span_block) * self.span_block)  # case graphs guard apart
         ids, keys, values = self._views(cache, span)
         slots = ids[start:start + width]  # (W,) the slots this pass writes: its n tokens, then the spare rows
-        padded = F.pad(tokens, (0, width - n))  # (1, W) the spare rows fed token 0
+        padded = tokens.new_zeros(1, width)  # (1, W) a fresh tensor (a caller's slice has other strides, on which
+        padded[:, :n] = tokens  # torch.compile guards: a recompile), the spare rows fed token 0
         # row w sees every slot up to its own: the cached context, then a chain's earlier tokens and itself.  Spare
         # rows see the real ones too: their outputs are dropped, and their slots lie past the row's length
         visible = (ids[:span] <= slots[:, None])[None, None]  # (1, 1, W, S)

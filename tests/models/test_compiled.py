@@ -111,6 +111,22 @@ def test_compiled_passes_follow_the_cache_when_its_buffers_are_replaced(tiny_and
     torch.testing.assert_close(logits[0], logits[1], atol=1e-4, rtol=1e-4)
 
 
+def test_a_slice_of_a_longer_tensor_runs_the_compiled_pass_as_it_is(tiny_and_target):
+    """Tokens handed over as a slice (strides of the tensor they were cut from) run the width's graph already
+    compiled, with the eager model's logits; handed to the graph as they are, the new strides failed its guards,
+    and the recompile then failed on the span it had marked dynamic."""
+    model, target = tiny_and_target
+    eager = LlamaTarget(model, max_length=64)
+    context = torch.randint(0, 97, (1, 20), generator=torch.Generator().manual_seed(8))
+    for t in (target, eager):
+        t.reset(1)
+        t.prefill(context)
+    for width in (1, 4):
+        passes = target.compiled_passes
+        torch.testing.assert_close(target(context[:, -width:]), eager(context[:, -width:]), rtol=1e-4, atol=1e-4)
+        assert target.compiled_passes == passes + 1
+
+
 def test_passes_wider_than_every_width_are_counted_apart_from_the_prefill(tiny_and_target):
     """The bench's warning reads ``wide_passes``: verify passes that ran eagerly because no compiled
     width held them. A prefill is not one, whether it ran compiled (short) or eagerly (long)."""
@@ -218,6 +234,35 @@ def test_the_step_profile_counts_every_matrix_product_kernel_as_one():
         assert group_of(name) == "matrix products", name
     assert group_of("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
     assert group_of("aten::empty") == "everything else"
+
+
+def test_the_step_profile_names_a_library_product_by_its_shapes():
+    from types import SimpleNamespace
+
+    from support import load_script
+
+    named = load_script("profile_step").named
+    event = SimpleNamespace(key="mkldnn::_linear_pointwise", input_shapes=[[1, 1, 576], [3072, 576], [], []])
+    assert named(event) == "mkldnn::_linear_pointwise [1, 1, 576] x [3072, 576]"
+    for key in ("graph_0_gemm_m1n3072k576_kernel", "aten::empty"):  # a template names its shape; others are not
+        assert named(SimpleNamespace(key=key, input_shapes=[[1, 1, 576], [3072, 576]])) == key  # products
+
+
+@pytest.mark.parametrize("argv", [["--threads", "0"], ["--rounds", "0"], ["--pool-mb", "0"]])
+def test_the_product_overhead_script_refuses_bad_arguments_before_loading_anything(argv, capsys):
+    from support import load_script
+
+    with pytest.raises(SystemExit) as exit_:
+        load_script("product_overhead").main(argv)
+    assert exit_.value.code == 2 and argv[0] in capsys.readouterr().err
+
+
+def test_the_product_overhead_fit_recovers_a_line():
+    from support import load_script
+
+    fit = load_script("product_overhead").fit
+    a, rate = fit([(b, 12.0 + b / 50e3) for b in (1e5, 1e6, 5e6, 3e7)])  # 12 us + bytes at 50 GB/s
+    assert a == pytest.approx(12.0) and rate == pytest.approx(50.0)
 
 
 @pytest.mark.parametrize("argv", [["--rounds", "0"], ["--contexts", "500", "--max-length", "400"],
