@@ -109,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     step_ms = (30 * per_layer + model[4]["us"]) / 1000
     stream_ms = (30 * sum(r["mb"] for r in model[:4]) + model[4]["mb"]) / 1e3 / rate * 1e3
     print(f"one row times a prepacked {dtype_name(dtype)} weight read from memory, {args.threads} threads "
-          f"(median over {args.rounds} rounds of {args.pool_mb:g} MB pools, the sizes in turn); fit t = {a:.1f} us + bytes / "
-          f"{rate:.1f} GB/s\n")
+          f"(median over {args.rounds} rounds of {args.pool_mb:g} MB pools, the sizes in turn); "
+          f"fit t = {a:.1f} us + bytes / {rate:.1f} GB/s\n")
     print(markdown_table(["weight (O x 576)", "MB", "us", "GB/s", "fit us"],
                          [[str(r["out"]), f"{r['mb']:.2f}", f"{r['us']:.1f}", f"{r['gb_per_s']:.1f}",
                            f"{r['fit_us']:.1f}"] for r in sweep], "rrrrr") + "\n")
@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "machine": machine_info("cpu"), "dtype": dtype_name(dtype), "threads": args.threads,
-            "pool_mb": args.pool_mb, "rounds": args.rounds, "fixed_us": round(a, 2), "stream_gb_per_s": round(rate, 2),
+            "pool_mb": args.pool_mb, "rounds": args.rounds, "fixed_us": round(a, 2),
+            "stream_gb_per_s": round(rate, 2),
             "sweep": sweep, "model": model, "step_products_ms": round(step_ms, 3),
             "step_streaming_ms": round(stream_ms, 3)}, indent=1) + "\n")
     return 0

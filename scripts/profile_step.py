@@ -76,12 +76,14 @@ def group_of(name: str) -> str:
 
 
 def named(event) -> str:
-    """A profiled operation's name, and for a library product the shapes of its input and weight
-    (``mkldnn::_linear_pointwise [1, 1, 576] x [3072, 576]``)."""
-    shapes = [s for s in (event.input_shapes or [])[:2] if s]
-    if group_of(event.key) != "matrix products" or "_gemm_" in event.key or not shapes:
+    """A profiled operation's name, and for a library product the shapes of its input and weight, the largest
+    of its arguments (``mkldnn::_linear_pointwise [1, 576] x [3072, 576]``; the residual a fused add reads is not
+    named)."""
+    shapes = [list(s) for s in (event.input_shapes or []) if s]
+    if group_of(event.key) != "matrix products" or "_gemm_" in event.key or len(shapes) < 2:
         return event.key
-    return f"{event.key} {' x '.join(str(list(s)) for s in shapes)}"
+    weight = max(shapes[1:], key=lambda s: torch.Size(s).numel())
+    return f"{event.key} {shapes[0]} x {weight}"
 
 
 def kernel_table(target, context: torch.Tensor, steps: int, width: int = 1) -> list[dict]:

@@ -242,10 +242,12 @@ def test_the_step_profile_names_a_library_product_by_its_shapes():
     from support import load_script
 
     named = load_script("profile_step").named
-    event = SimpleNamespace(key="mkldnn::_linear_pointwise", input_shapes=[[1, 1, 576], [3072, 576], [], []])
-    assert named(event) == "mkldnn::_linear_pointwise [1, 1, 576] x [3072, 576]"
-    for key in ("graph_0_gemm_m1n3072k576_kernel", "aten::empty"):  # a template names its shape; others are not
-        assert named(SimpleNamespace(key=key, input_shapes=[[1, 1, 576], [3072, 576]])) == key  # products
+    event = SimpleNamespace(key="mkldnn::_linear_pointwise", input_shapes=[[1, 576], [3072, 576], [], []])
+    assert named(event) == "mkldnn::_linear_pointwise [1, 576] x [3072, 576]"
+    binary = SimpleNamespace(key="mkldnn::_linear_pointwise", input_shapes=[[1, 1536], [1, 576], [576, 1536], []])
+    assert named(binary) == "mkldnn::_linear_pointwise [1, 1536] x [576, 1536]"  # the residual it adds: not named
+    for key in ("graph_0_gemm_m1n3072k576_kernel", "aten::empty"):  # a template names its own shape; the rest
+        assert named(SimpleNamespace(key=key, input_shapes=[[1, 576], [3072, 576]])) == key  # are no products
 
 
 @pytest.mark.parametrize("argv", [["--threads", "0"], ["--rounds", "0"], ["--pool-mb", "0"]])
