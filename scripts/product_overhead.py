@@ -36,7 +36,8 @@ from specbook.models.linear import packed_kernels_available  # noqa: E402
 
 WIDTHS = (64, 256, 576, 960, 1536, 3072, 6144, 12288, 24576)  # output widths O of the size sweep
 MODEL = {"qkv (960 x 576)": (960, 576), "output (576 x 576)": (576, 576), "gate and up (3072 x 576)": (3072, 576),
-         "down (576 x 1536)": (576, 1536), "LM head (49152 x 576)": (49152, 576)}  # SmolLM2-135M's, per layer
+         "down (576 x 1536)": (576, 1536), "LM head (49152 x 576)": (49152, 576)}  # SmolLM2-135M's: 4 a block, 1 head
+BLOCKS = 30  # SmolLM2-135M's: a step runs BLOCKS * 4 + 1 = 121 products
 
 
 class Pool:
@@ -106,8 +107,9 @@ def main(argv: list[str] | None = None) -> int:
         r["gb_per_s"] = r["mb"] * 1e6 / (r["us"] * 1e-6) / 1e9
         r["fit_us"] = a + r["mb"] * 1e6 / (rate * 1e9) * 1e6
     per_layer = sum(r["us"] for r in model[:4])
-    step_ms = (30 * per_layer + model[4]["us"]) / 1000
-    stream_ms = (30 * sum(r["mb"] for r in model[:4]) + model[4]["mb"]) / 1e3 / rate * 1e3
+    calls = BLOCKS * 4 + 1
+    step_ms = (BLOCKS * per_layer + model[4]["us"]) / 1000
+    stream_ms = (BLOCKS * sum(r["mb"] for r in model[:4]) + model[4]["mb"]) / 1e3 / rate * 1e3
     print(f"one row times a prepacked {dtype_name(dtype)} weight read from memory, {args.threads} threads "
           f"(median over {args.rounds} rounds of {args.pool_mb:g} MB pools, the sizes in turn); "
           f"fit t = {a:.1f} us + bytes / {rate:.1f} GB/s\n")
@@ -117,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown_table(["SmolLM2-135M matrix", "MB", "us", "GB/s", "fit us"],
                          [[r["matrix"], f"{r['mb']:.2f}", f"{r['us']:.1f}", f"{r['gb_per_s']:.1f}",
                            f"{r['fit_us']:.1f}"] for r in model], "lrrrr") + "\n")
-    print(f"a step's 121 products, each timed alone: {step_ms:.2f} ms; the same bytes at {rate:.1f} GB/s: "
-          f"{stream_ms:.2f} ms; 121 x {a:.1f} us of fixed cost: {121 * a / 1000:.2f} ms")
+    print(f"a step's {calls} products, each timed alone: {step_ms:.2f} ms; the same bytes at {rate:.1f} GB/s: "
+          f"{stream_ms:.2f} ms; {calls} x {a:.1f} us of fixed cost: {calls * a / 1000:.2f} ms")
     if args.json:
         Path(args.json).write_text(json.dumps({
             "machine": machine_info("cpu"), "dtype": dtype_name(dtype), "threads": args.threads,
