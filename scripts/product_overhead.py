@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtype", default="auto", help="auto (bfloat16 where native), bfloat16 or float32")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
-    ap.add_argument("--pool-mb", type=float, default=300.0, help="MB of weight copies cycled per size")
+    ap.add_argument("--pool-mb", type=float, default=300.0,
+                    help="MB of weight copies cycled per size (all 14 sizes are held at once: 14 times this)")
     ap.add_argument("--rounds", type=int, default=5, help="passes over every pool, the sizes taken in turn")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
