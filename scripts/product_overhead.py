@@ -32,7 +32,7 @@ if str(ROOT) not in sys.path:
 from specbook.machine import machine_info  # noqa: E402
 from specbook.markdown import markdown_table  # noqa: E402
 from specbook.models.dtype import dtype_name, resolve_dtype  # noqa: E402
-from specbook.models.linear import packed_kernels_available  # noqa: E402
+from specbook.models.linear import Linear, _packed_product, packed_kernels_available  # noqa: E402
 
 WIDTHS = (64, 256, 576, 960, 1536, 3072, 6144, 12288, 24576)  # output widths O of the size sweep
 MODEL = {"qkv (960 x 576)": (960, 576), "output (576 x 576)": (576, 576), "gate and up (3072 x 576)": (3072, 576),
@@ -46,8 +46,7 @@ class Pool:
 
     def __init__(self, out_features: int, in_features: int, dtype: torch.dtype, pool_mb: float):
         nbytes = out_features * in_features * torch.finfo(dtype).bits // 8
-        pack = torch.ops.mkldnn._reorder_linear_weight
-        self.weights = [pack(torch.randn(out_features, in_features).to(dtype), 1)
+        self.weights = [Linear.frozen(torch.randn(out_features, in_features).to(dtype))._packed()  # as a step packs
                         for _ in range(max(3, int(pool_mb * 1e6 // nbytes) + 1))]
         self.x, self.times = torch.randn(1, in_features).to(dtype), []
 
@@ -55,7 +54,7 @@ class Pool:
         with torch.no_grad():
             for w in self.weights:
                 t0 = time.perf_counter()
-                torch.ops.mkldnn._linear_pointwise(self.x, w, None, "none", [], "")
+                _packed_product(self.x, w, None)
                 self.times.append(time.perf_counter() - t0)
 
     def median_us(self) -> float:
