@@ -226,3 +226,16 @@ def test_heads_page_shows_the_committed_unroll_json(capsys):
         acc = row["acceptance_by_depth"]
         assert all(a >= b for a, b in zip(acc, acc[1:])) and set(row["tau_tree"]) == {"16", "64"}
     assert sorted(r["unroll"] for r in report["heads"][:4]) == [1, 2, 3, 4]
+
+
+def test_eagle_unroll_reads_tree_shapes_and_refuses_bad_ones():
+    """--trees: the default node counts keep their labels, other shapes are labelled by depth and width,
+    and a malformed item or a repeated shape is refused with the item named."""
+    eagle_unroll = load_script("eagle_unroll")
+    trees = eagle_unroll.tree_shapes("16:5x4,64:8x8,64:12x6")
+    assert list(trees) == ["16", "64", "64 (12x6)"]
+    assert (trees["64 (12x6)"].depth, trees["64 (12x6)"].top_k, trees["64 (12x6)"].num_nodes) == (12, 6, 64)
+    assert trees["64"] == eagle_unroll.TREES["64"]
+    for bad in ("64", "64:8", "64:8x0", "x:8x8", "64:8x8,64:8x8"):
+        with pytest.raises(ValueError, match="--trees"):
+            eagle_unroll.tree_shapes(bad)
