@@ -228,6 +228,20 @@ def test_heads_page_shows_the_committed_unroll_json(capsys):
     assert sorted(r["unroll"] for r in report["heads"][:4]) == [1, 2, 3, 4]
 
 
+def test_heads_page_shows_the_committed_epochs_json():
+    """docs/heads.md's sixteen-epoch table is scripts/eagle_unroll.py's render of its JSON, with a column per
+    tree shape scored, and the head it names as shipped is the one shipped (its training steps and epochs)."""
+    eagle_unroll = load_script("eagle_unroll")
+    report = json.loads((ROOT / "docs" / "data" / "heads_epochs.json").read_text())
+    assert eagle_unroll.render(report) in (ROOT / "docs" / "heads.md").read_text()
+    assert list(report["trees"]) == ["16", "64", "64 (6x10)", "64 (12x6)"]
+    shipped = json.loads((ROOT / "specbook" / "weights" / "eagle_smollm2-135m.json").read_text())
+    row = report["heads"][0]
+    assert "shipped now" in row["head"]
+    assert (row["steps"], row["epochs"]) == (shipped["training"]["steps"], shipped["training"]["epochs"])
+    assert row["acceptance_by_depth"] == shipped["heldout"]["chain_survival_heldout"][1:]
+
+
 def test_eagle_unroll_reads_tree_shapes_and_refuses_bad_ones():
     """--trees: the default node counts keep their labels, other shapes are labelled by depth and width,
     and a malformed item or a repeated shape is refused with the item named."""
