@@ -42,9 +42,13 @@ CPU_MEDUSA_TREE = 4
 # nodes, so that every candidate's verify pass (N + 1 positions) lies on the measured curve.  EAGLE's
 # 1 and 2 are chains (its best guess, then the best guess after it): where a pass is cheap next to
 # the head's drafting (the compiled engine) or wider passes cost much more (float32), one head call
-# may pay where a tree's two or more do not.
+# may pay where a tree's two or more do not.  4 and 8 fill the compiled widths 5 and 9 that 3 and 6
+# leave a slot short of (the pending token plus N nodes), with the head passes of 3 and 6: the same
+# pass and drafting cost there, one or two more nodes (and a prompt lookup one or two tokens longer
+# behind lookup-eagle).
 EAGLE_TREES = {1: DynamicTree(depth=1, top_k=1, num_nodes=1), 2: DynamicTree(depth=2, top_k=1, num_nodes=2),
-               3: CPU_EAGLE_TREE, 6: DynamicTree(depth=3, top_k=3, num_nodes=6),
+               3: CPU_EAGLE_TREE, 4: DynamicTree(depth=2, top_k=2, num_nodes=4),
+               6: DynamicTree(depth=3, top_k=3, num_nodes=6), 8: DynamicTree(depth=3, top_k=3, num_nodes=8),
                10: DynamicTree(depth=4, top_k=4, num_nodes=10), 16: DynamicTree(depth=5, top_k=4, num_nodes=16)}
 MEDUSA_BUDGETS = (4, 8, 16)
 
