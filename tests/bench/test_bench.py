@@ -154,6 +154,19 @@ def test_the_benchmarks_eagle_head_runs_in_the_machines_fastest_dtype(fastest, m
     assert hybrid.tree == registry.EAGLE_TREES[6] == hybrid.fallback.tree
 
 
+def test_eagle_budgets_fill_every_compiled_width_a_tree_fits():
+    """A pass of the pending token plus N nodes runs at the narrowest compiled width >= N + 1: some EAGLE
+    budget fills each width exactly, and 4 and 8 nodes cost the head passes (the depth) of 3 and 6."""
+    from specbook.bench import registry
+
+    trees = registry.EAGLE_TREES
+    widths = [w for w in bench.COMPILED_WIDTHS if 1 < w <= max(trees) + 1]
+    assert widths and all(w - 1 in trees for w in widths), (widths, sorted(trees))
+    assert all(t.num_nodes == n for n, t in trees.items())
+    assert (trees[4].depth, trees[8].depth) == (trees[3].depth, trees[6].depth)
+    assert get_drafter("eagle").budgets == get_drafter("lookup-eagle").budgets == tuple(trees)
+
+
 def record(engine, drafter, pid, seconds, sha, category="c", passes=10, emitted=10, proposed=0, accepted=0):
     return {"engine": engine, "drafter": drafter, "id": pid, "category": category, "new_tokens": 10,
             "seconds": seconds, "passes": passes, "emitted": emitted, "proposed": proposed, "accepted": accepted,
