@@ -56,7 +56,7 @@ def heads_parser(prog: str, description: str, arguments: list, *, shipped: str,
         ap.add_argument(name, **keywords)
     ap.add_argument("--prompt-set", type=existing_file, default=None,
                     help="a JSON-lines prompt set (id, category, prompt token ids) instead of the mix: the exact "
-                         f"data of the shipped {shipped}: specbook/data/eagle_prompts.jsonl")
+                         f"data of the shipped {shipped} is the one its json names (training.prompt_set)")
     ap.add_argument("--threads", type=threads, default=None, help="torch threads (1 is best on a shared CPU)")
     for name, keywords in RUN_ARGUMENTS.items():
         ap.add_argument(name, **keywords)
