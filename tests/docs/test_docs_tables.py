@@ -230,14 +230,24 @@ def test_heads_page_shows_the_committed_unroll_json(capsys):
 
 def test_heads_page_shows_the_committed_epochs_json():
     """docs/heads.md's sixteen-epoch table is scripts/eagle_unroll.py's render of its JSON, with a column per
-    tree shape scored, and the head it names as shipped is the one shipped (its training steps and epochs)."""
+    tree shape scored."""
     eagle_unroll = load_script("eagle_unroll")
     report = json.loads((ROOT / "docs" / "data" / "heads_epochs.json").read_text())
     assert eagle_unroll.render(report) in (ROOT / "docs" / "heads.md").read_text()
     assert list(report["trees"]) == ["16", "64", "64 (6x10)", "64 (12x6)"]
+    assert "16 epochs" in report["heads"][0]["head"]
+
+
+def test_heads_page_shows_the_committed_notices_json():
+    """docs/heads.md's notices table is scripts/eagle_unroll.py's render of its JSON, and the head it names
+    as shipped is the one shipped (its training steps, epochs and held-out acceptance by depth)."""
+    eagle_unroll = load_script("eagle_unroll")
+    report = json.loads((ROOT / "docs" / "data" / "heads_notices.json").read_text())
+    assert eagle_unroll.render(report) in (ROOT / "docs" / "heads.md").read_text()
     shipped = json.loads((ROOT / "specbook" / "weights" / "eagle_smollm2-135m.json").read_text())
+    assert shipped["training"]["prompt_set"] == "specbook/data/eagle_prompts_notices.jsonl"
     row = report["heads"][0]
-    assert "shipped now" in row["head"]
+    assert "shipped now" in row["head"] and not any("shipped now" in r["head"] for r in report["heads"][1:])
     assert (row["steps"], row["epochs"]) == (shipped["training"]["steps"], shipped["training"]["epochs"])
     assert row["acceptance_by_depth"] == shipped["heldout"]["chain_survival_heldout"][1:]
 
