@@ -34,6 +34,7 @@ MONTHS = ["January", "February", "March", "April", "May", "June", "July", "Augus
           "November", "December"]
 CREATURES = ["swallows", "hedgehogs", "otters", "bats", "barn owls", "frogs", "red squirrels", "dragonflies",
              "seals", "badgers", "kingfishers", "butterflies"]
+SPOTS = ["old quarry", "river bank", "church", "school", "allotments"]
 VEHICLES = ["ferry", "night bus", "tram", "river boat", "mountain railway", "shuttle bus"]
 EVENTS = ["book fair", "cheese festival", "kite day", "jazz weekend", "craft market", "open-air cinema",
           "lantern parade", "chess tournament", "seed swap", "choir concert"]
@@ -100,8 +101,9 @@ def _notice(rng: random.Random) -> tuple[str, list[tuple[str, str]]]:
                   f"How many {creature} were counted?"),
                  (f"The count ran from {rng.choice(MONTHS)} to {rng.choice(MONTHS)} and was led by {person}.",
                   "Who led the count, and when did it run?"),
-                 (f"Most of the {creature} were found near the {rng.choice(['old quarry', 'river bank', 'church', 'school', 'allotments'])}, "
-                  f"where {rng.randint(2, 9)} new shelters were built last spring.", f"Where were most {creature} found?"),
+                 (f"Most of the {creature} were found near the {rng.choice(SPOTS)}, where {rng.randint(2, 9)} new "
+                  "shelters were built last spring.",
+                  f"Where were most {creature} found?"),
                  (f"The group meets on {rng.choice(DAYS)} at {_time(rng, 7, 19)} and welcomes new helpers.",
                   "When does the group meet?")]
     elif kind == 2:

@@ -3,15 +3,15 @@ questions their context answers, and disjoint from both benchmark prompt files."
 from __future__ import annotations
 
 import collections
-import re
+from pathlib import Path
 
 import pytest
 
 from specbook.train.heads_data import overlaps
 from specbook.train.notices import QA_TEMPLATES, notice_prompts
-from specbook.train.prompts import Prompt, benchmark_texts, split
+from specbook.train.prompts import BENCHMARK_PROMPTS, Prompt, benchmark_texts, split
 
-HELDOUT_BENCH = benchmark_texts(benchmark_texts.__defaults__[0].parent / "heldout_prompts.jsonl")
+HELDOUT_BENCH = benchmark_texts(BENCHMARK_PROMPTS.parent / "heldout_prompts.jsonl")
 
 
 def test_notice_prompts_are_seeded_unique_and_split():
@@ -68,3 +68,15 @@ def _split_qa(p: Prompt) -> tuple[str, str]:
 def test_notice_prompts_refuse_a_negative_count():
     with pytest.raises(ValueError, match="count"):
         notice_prompts(-1)
+
+
+@pytest.mark.model
+def test_the_shipped_prompt_set_is_what_the_documented_command_writes(tmp_path):
+    """specbook/data/eagle_prompts_notices.jsonl, the shipped EAGLE head's data, is rewritten byte for byte
+    by `python -m specbook.train.notices --base specbook/data/eagle_prompts.jsonl --count 1600`."""
+    from specbook.train import notices
+
+    data = Path(notices.__file__).resolve().parents[1] / "data"
+    out = tmp_path / "set.jsonl"
+    notices.main(["--base", str(data / "eagle_prompts.jsonl"), "--count", "1600", "--out", str(out)])
+    assert out.read_bytes() == (data / "eagle_prompts_notices.jsonl").read_bytes()
