@@ -204,19 +204,30 @@ def _cached_features(items: list[tuple[str, str, list[int] | None]], root: Path,
     return _assemble(rows)
 
 
+def prompt_set_line(prompt_id: str, category: str, ids: list[int]) -> str:
+    """One prompt of a prompt-set file, as a JSON line (read back by ``load_prompt_set``)."""
+    import json
+
+    return json.dumps({"id": prompt_id, "category": category, "prompt_token_ids": ids})
+
+
+def write_prompt_lines(path: str | Path, lines: list[str]) -> int:
+    """Write ``prompt_set_line`` lines as a prompt-set file, sorted (the order never depends on how they
+    were gathered).  Returns the count."""
+    Path(path).write_text("\n".join(sorted(lines)) + "\n")
+    return len(lines)
+
+
 def write_prompt_set(path: str | Path, features: list[FeatureSet]) -> int:
     """Write the prompts of ``features`` (id, category, chat-template token ids) as JSON lines: the
     exact training data of a shipped head, reproducible with ``load_prompt_set``.  Returns the count."""
-    import json
-
     lines = []
     for fs in features:
         for s in range(fs.num_sequences):
             start = int(fs.starts[s])
             ids = fs.tokens[start : start + int(fs.prompt_lengths[s])].tolist()
-            lines.append(json.dumps({"id": fs.prompt_ids[s], "category": fs.categories[s], "prompt_token_ids": ids}))
-    Path(path).write_text("\n".join(sorted(lines)) + "\n")
-    return len(lines)
+            lines.append(prompt_set_line(fs.prompt_ids[s], fs.categories[s], ids))
+    return write_prompt_lines(path, lines)
 
 
 def load_prompt_set(path: str | Path, heldout: bool, *, max_new_tokens: int = 160, batch_size: int = 16,

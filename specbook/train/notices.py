@@ -169,12 +169,12 @@ def notice_prompts(count: int, seed: int = 0) -> list[Prompt]:
 
 def main(argv: list[str] | None = None) -> None:
     import argparse
-    import json
     from pathlib import Path
 
     from ..cliargs import existing_file, nonnegative_int, writable_file
     from ..models.chat import chat_ids
     from ..models.smollm2 import load_smollm2
+    from .features import prompt_set_line, write_prompt_lines
 
     ap = argparse.ArgumentParser(prog="specbook train notices", description=__doc__.split("\n\n")[0])
     ap.add_argument("--base", type=existing_file, required=True, help="a prompt set to extend (JSON lines)")
@@ -184,10 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     tok = load_smollm2(dtype="float32")[1]
     lines = [line for line in Path(args.base).read_text().splitlines() if line.strip()]
-    for p in notice_prompts(args.count, args.seed):
-        lines.append(json.dumps({"id": p.id, "category": p.category, "prompt_token_ids": chat_ids(tok, p.text)}))
-    Path(args.out).write_text("\n".join(sorted(lines)) + "\n")
-    print(f"wrote {args.out}: {len(lines)} prompts ({args.count} notices)")
+    lines += [prompt_set_line(p.id, p.category, chat_ids(tok, p.text)) for p in notice_prompts(args.count, args.seed)]
+    n = write_prompt_lines(args.out, lines)
+    print(f"wrote {args.out}: {n} prompts ({args.count} notices)")
 
 
 if __name__ == "__main__":
