@@ -230,7 +230,7 @@ def write_prompt_set(path: str | Path, features: list[FeatureSet]) -> int:
     return write_prompt_lines(path, lines)
 
 
-def load_prompt_set(path: str | Path, heldout: bool, *, max_new_tokens: int = 160, batch_size: int = 16,
+def load_prompt_set(path: str | Path, heldout: bool, *, max_new_tokens: int = 160, batch_size: int = 48,
                     progress: bool = True, model=None, tokenizer=None) -> FeatureSet:
     """The self-distillation set for one split of a prompt-set file (``write_prompt_set``), in prompt-id
     order: SmolLM2's greedy replies, read from the cache or generated (and cached) where missing.
