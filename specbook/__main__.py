@@ -28,7 +28,7 @@ COMMANDS = {
     "batch": ("specbook.bench.batch", "batching versus speculation on the real model"),
     "gpu-check": ("specbook.bench.gpu_check", "cross-checks and the core benchmark figures on a CUDA machine"),
     "grading": ("specbook.grading.__main__", "the grading checker's detection table, calibration and timings"),
-    "train": (None, "train a drafter: distill, medusa, eagle, or write a prompt set (features)"),
+    "train": (None, "train a drafter: distill, medusa, eagle, or write a prompt set (features, notices, everyday)"),
     "student-edition": ("specbook.teach.edition", "write the lessons with their answers stubbed out, and the "
                                                   "assignments' student release, into one folder"),
 }
@@ -37,6 +37,10 @@ TRAINERS = {
     "medusa": ("specbook.train.medusa", "train Medusa heads on SmolLM2's features"),
     "eagle": ("specbook.train.eagle", "train an EAGLE head on SmolLM2's features"),
     "features": ("specbook.train.features", "draw a training prompt set and write it as JSON lines"),
+    "notices": ("specbook.train.notices", "extend a prompt set with invented notices to summarise, query or "
+                                          "turn into JSON"),
+    "everyday": ("specbook.train.everyday", "extend a prompt set with advice questions, word problems and "
+                                            "quoted reports"),
 }
 
 

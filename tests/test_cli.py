@@ -35,11 +35,12 @@ HELP = {  # argv -> words its --help must show
     ("bench",): ["usage:", "--drafters", "--no-progress", "--plot", "--from-json"],
     ("gpu-check",): ["usage: specbook gpu-check", "--device", "--threads", "--allow-cpu"],
     ("grading",): ["usage:", "--null-reps"],
-    ("train",): ["distill", "medusa", "eagle", "features"],
+    ("train",): ["distill", "medusa", "eagle", "features", "notices", "everyday"],
     ("train", "distill"): ["usage: specbook train distill", "--layers", "--threads", "--out"],
     ("train", "medusa"): ["usage: specbook train medusa", "--heads", "--prompt-set"],
     ("train", "eagle"): ["usage: specbook train eagle", "--unroll", "--max-steps"],
     ("train", "features"): ["usage: specbook train features", "--out", "--train-prompts"],
+    ("train", "everyday"): ["usage: specbook train everyday", "--base", "--count"],
 }
 if HAS_BATCH:
     HELP[("batch",)] = ["usage:"]
