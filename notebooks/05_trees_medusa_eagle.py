@@ -484,25 +484,31 @@ for name, cv in tree_curves.items():
         f"{c:.3f}" for c in per_node) + f" of a pass at n = {[n for n in cv['n'] if n > 1]}")
 
 # %% [markdown]
-# **Before and after new training data.** The shipped head was retrained once more,
-# on replies that quote their prompts (invented notices to summarise, query or
-# turn into JSON; `docs/heads.md`, "Notices"). Its report scores it beside the
-# head shipped before on the benchmark's held-out prompts, which neither head
-# trained on: τ of a 64-node dynamic tree, per kind of prompt. The kinds the new
-# data resembles gain; the others barely move: a drafter learns the replies it
-# was shown.
+# **Before and after new training data.** The shipped head was retrained twice
+# more: first on replies that quote their prompts (invented notices to summarise,
+# query or turn into JSON), then on those plus everyday prompts (advice questions,
+# word problems, reports with a quote; `docs/heads.md`, "Notices" and "Everyday
+# prompts"). The reports score each head beside the one shipped before it on the
+# benchmark's held-out prompts, which none of them trained on: τ of a 64-node
+# dynamic tree, per kind of prompt. The kinds the new data resembles gain most:
+# a drafter learns the replies it was shown.
 
 # %%
-report_path = Path(sb.__file__).resolve().parents[1] / "docs" / "data" / "heads_notices.json"
-if report_path.exists():  # a clone of the repository (an installed package has no docs/)
-    taus_by_head = {h["head"]: h["tau_tree_by_category"]["64"] for h in json.loads(report_path.read_text())["heads"]}
+data_dir = Path(sb.__file__).resolve().parents[1] / "docs" / "data"
+if (data_dir / "heads_everyday.json").exists():  # a clone of the repository (an installed package has no docs/)
+    taus_by_head = {}
+    for name in ("heads_notices.json", "heads_everyday.json"):  # e16 -> notices, notices -> everyday
+        for h in json.loads((data_dir / name).read_text())["heads"]:
+            taus_by_head.setdefault(h["head"].split(" ")[0], h["tau_tree_by_category"]["64"])
     kinds = list(next(iter(taus_by_head.values())))
+    order = ["eagle_e16", "eagle_notices", "eagle_everyday"]
     fig, ax = plots.lesson_axes(None, width=7.5, height=3.4)
-    for i, (name, taus) in enumerate(taus_by_head.items()):
-        ax.bar([k + (i - 0.5) * 0.4 for k in range(len(kinds))], [taus[c] for c in kinds], 0.38, label=name)
+    for i, name in enumerate(order):
+        ax.bar([k + (i - 1) * 0.27 for k in range(len(kinds))], [taus_by_head[name][c] for c in kinds], 0.25,
+               label=name)
     ax.set_xticks(range(len(kinds)), kinds, fontsize=8)
     ax.set_ylabel("τ, 64-node tree")
-    ax.set_title("Shipped EAGLE head after (eagle_notices) and before (eagle_e16) the notices")
+    ax.set_title("Three shipped EAGLE heads, oldest first (the last is shipped now)")
     ax.legend(fontsize=8)
     display(fig)
 

@@ -239,13 +239,23 @@ def test_heads_page_shows_the_committed_epochs_json():
 
 
 def test_heads_page_shows_the_committed_notices_json():
-    """docs/heads.md's notices table is scripts/eagle_unroll.py's render of its JSON, and the head it names
-    as shipped is the one shipped (its training steps, epochs and held-out acceptance by depth)."""
+    """docs/heads.md's notices table is scripts/eagle_unroll.py's render of its JSON; its head was shipped
+    until the everyday prompts."""
     eagle_unroll = load_script("eagle_unroll")
     report = json.loads((ROOT / "docs" / "data" / "heads_notices.json").read_text())
     assert eagle_unroll.render(report) in (ROOT / "docs" / "heads.md").read_text()
+    assert "shipped until the everyday prompts" in report["heads"][0]["head"]
+    assert not any("shipped now" in r["head"] for r in report["heads"])
+
+
+def test_heads_page_shows_the_committed_everyday_json():
+    """docs/heads.md's everyday table is scripts/eagle_unroll.py's render of its JSON, and the head it names
+    as shipped is the one shipped (its prompt set, training steps, epochs and held-out acceptance by depth)."""
+    eagle_unroll = load_script("eagle_unroll")
+    report = json.loads((ROOT / "docs" / "data" / "heads_everyday.json").read_text())
+    assert eagle_unroll.render(report) in (ROOT / "docs" / "heads.md").read_text()
     shipped = json.loads((ROOT / "specbook" / "weights" / "eagle_smollm2-135m.json").read_text())
-    assert shipped["training"]["prompt_set"] == "specbook/data/eagle_prompts_notices.jsonl"
+    assert shipped["training"]["prompt_set"] == "specbook/data/eagle_prompts_everyday.jsonl"
     row = report["heads"][0]
     assert "shipped now" in row["head"] and not any("shipped now" in r["head"] for r in report["heads"][1:])
     assert (row["steps"], row["epochs"]) == (shipped["training"]["steps"], shipped["training"]["epochs"])
