@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 
-from .notices import FIRST, HEAD, LAST, MONTHS, SUMMARY_TEMPLATES, TAIL, _notice, extend_prompt_set
+from .notices import FIRST, HEAD, LAST, MONTHS, SUMMARY_TEMPLATES, TAIL, _notice
 from .prompts import Prompt
 
 OUTINGS = ["a day at the seaside", "a camping trip beside a lake", "a long train journey", "a picnic in the park",
@@ -139,6 +139,8 @@ def everyday_prompts(count: int, seed: int = 0) -> list[Prompt]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from .features import extend_prompt_set
+
     extend_prompt_set("specbook train everyday", __doc__, everyday_prompts, "everyday", argv)
 
 

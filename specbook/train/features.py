@@ -218,6 +218,28 @@ def write_prompt_lines(path: str | Path, lines: list[str]) -> int:
     return len(lines)
 
 
+def extend_prompt_set(prog: str, doc: str, make, what: str, argv: list[str] | None = None) -> None:
+    """The command line of a prompt writer: --base's lines, then ``make(--count, --seed)``'s
+    prompts in the target's chat template, written to --out."""
+    import argparse
+
+    from ..cliargs import existing_file, nonnegative_int, writable_file
+    from ..models.chat import chat_ids
+    from ..models.smollm2 import load_smollm2
+
+    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    ap.add_argument("--base", type=existing_file, required=True, help="a prompt set to extend (JSON lines)")
+    ap.add_argument("--count", type=nonnegative_int, required=True, help=f"{what} prompts to add")
+    ap.add_argument("--seed", type=nonnegative_int, default=0)
+    ap.add_argument("--out", type=writable_file, required=True, help="the prompt set to write")
+    args = ap.parse_args(argv)
+    tok = load_smollm2(dtype="float32")[1]
+    lines = [line for line in Path(args.base).read_text().splitlines() if line.strip()]
+    lines += [prompt_set_line(p.id, p.category, chat_ids(tok, p.text)) for p in make(args.count, args.seed)]
+    n = write_prompt_lines(args.out, lines)
+    print(f"wrote {args.out}: {n} prompts ({args.count} {what})")
+
+
 def write_prompt_set(path: str | Path, features: list[FeatureSet]) -> int:
     """Write the prompts of ``features`` (id, category, chat-template token ids) as JSON lines: the
     exact training data of a shipped head, reproducible with ``load_prompt_set``.  Returns the count."""

@@ -167,31 +167,9 @@ def notice_prompts(count: int, seed: int = 0) -> list[Prompt]:
     return out
 
 
-def extend_prompt_set(prog: str, doc: str, make, what: str, argv: list[str] | None = None) -> None:
-    """The command line of a prompt writer: --base's lines, then ``make(--count, --seed)``'s
-    prompts in the target's chat template, written to --out."""
-    import argparse
-    from pathlib import Path
-
-    from ..cliargs import existing_file, nonnegative_int, writable_file
-    from ..models.chat import chat_ids
-    from ..models.smollm2 import load_smollm2
-    from .features import prompt_set_line, write_prompt_lines
-
-    ap = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
-    ap.add_argument("--base", type=existing_file, required=True, help="a prompt set to extend (JSON lines)")
-    ap.add_argument("--count", type=nonnegative_int, required=True, help=f"{what} prompts to add")
-    ap.add_argument("--seed", type=nonnegative_int, default=0)
-    ap.add_argument("--out", type=writable_file, required=True, help="the prompt set to write")
-    args = ap.parse_args(argv)
-    tok = load_smollm2(dtype="float32")[1]
-    lines = [line for line in Path(args.base).read_text().splitlines() if line.strip()]
-    lines += [prompt_set_line(p.id, p.category, chat_ids(tok, p.text)) for p in make(args.count, args.seed)]
-    n = write_prompt_lines(args.out, lines)
-    print(f"wrote {args.out}: {n} prompts ({args.count} {what})")
-
-
 def main(argv: list[str] | None = None) -> None:
+    from .features import extend_prompt_set
+
     extend_prompt_set("specbook train notices", __doc__, notice_prompts, "notices", argv)
 
 
